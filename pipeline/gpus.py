@@ -1,0 +1,95 @@
+"""The GPU table (pipeline/data/gpus.json) and the checks that refuse what a GPU cannot run."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS, KvCacheFormat, QuantFormat
+
+ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "gh200-480gb": "gh200", "reference": "cpu"}
+
+
+class GpuSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    product_label: str
+    compute_capability: str | None
+    architecture: str
+    memory_gib: float | None
+    hbm_bandwidth_tbps: float | None
+    dense_bf16_tflops: float | None
+    dense_fp8_tflops: float | None
+    dense_int8_tops: float | None
+    nvlink: bool
+    runtime: str  # "tensorrtllm" or "reference"
+    figures_note: str = ""
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.runtime == "reference"
+
+    @property
+    def cc(self) -> float:
+        """Compute capability as a number (the CPU runs every format as simulated quantization)."""
+        return float(self.compute_capability) if self.compute_capability else 99.0
+
+    @property
+    def sm(self) -> int | None:
+        if not self.compute_capability:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
+
+    @property
+    def weight_precisions(self) -> list[str]:
+        return [f.name for f in QUANT_FORMATS.values() if self.can_run(f)]
+
+    @property
+    def kv_precisions(self) -> list[str]:
+        return [f.name for f in KV_CACHE_FORMATS.values() if self.can_run_kv(f)]
+
+    def can_run(self, fmt: QuantFormat) -> bool:
+        return self.cc >= fmt.min_compute_capability
+
+    def can_run_kv(self, fmt: KvCacheFormat) -> bool:
+        return self.cc >= fmt.min_compute_capability
+
+
+@lru_cache(maxsize=1)
+def gpu_table() -> dict[str, GpuSpec]:
+    raw = json.loads(resources.files("pipeline.data").joinpath("gpus.json").read_text(encoding="utf-8"))
+    return {row["key"]: GpuSpec(**row) for row in raw["gpus"]}
+
+
+def get_gpu(key: str) -> GpuSpec:
+    table = gpu_table()
+    normalized = ALIASES.get(key.strip().lower(), key.strip().lower())
+    if normalized not in table:
+        raise InvalidInputError(
+            f"Unknown GPU {key!r}.",
+            hint=f"Valid GPU keys: {', '.join(table)} (aliases: {', '.join(f'{a}={b}' for a, b in ALIASES.items())}).",
+        )
+    return table[normalized]
+
+
+def check_precision(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> None:
+    """Refuse a weight or KV precision the GPU cannot run, naming what would work instead."""
+    if not gpu.can_run(quant):
+        raise UnsupportedError(
+            f"{gpu.key} (SM {gpu.compute_capability}) cannot run {quant.name}: it needs compute "
+            f"capability {quant.min_compute_capability} or newer.",
+            hint=f"On {gpu.key} use one of: {', '.join(gpu.weight_precisions)}; "
+            f"or pick a GPU that runs {quant.name}: {', '.join(k for k, g in gpu_table().items() if not g.is_cpu and g.can_run(quant))}.",
+        )
+    if not gpu.can_run_kv(kv):
+        raise UnsupportedError(
+            f"{gpu.key} (SM {gpu.compute_capability}) cannot run a {kv.name} KV cache: it needs compute "
+            f"capability {kv.min_compute_capability} or newer.",
+            hint=f"On {gpu.key} use --kv-cache {' or '.join(gpu.kv_precisions)}.",
+        )
