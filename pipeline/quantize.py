@@ -1,0 +1,246 @@
+"""Load a Hugging Face causal LM and quantize it with NVIDIA ModelOpt (the path TensorRT-LLM's own
+quantize script takes): pick the ModelOpt config for a `--quant` format, add the KV-cache quantizers,
+fix the AWQ block size for the model, then `mtq.quantize(model, cfg, forward_loop)`.
+
+Used by the `convert` stage (then `export_tensorrt_llm_checkpoint`) and by `evaluate` (to measure
+what a format does to accuracy). Heavy imports (torch, transformers, modelopt) happen inside the
+functions so importing this module stays cheap.
+
+How each format is produced (checked against TensorRT-LLM's `quantize_by_modelopt.py` and the
+installed ModelOpt 0.47):
+- fp16 / bf16: no quantizer; the export casts weights to the dtype.
+- fp8, int8_sq, int4_awq, w4a8_awq, nvfp4: the ModelOpt preset named in `pipeline.quant`.
+- int8_wo: ModelOpt's INT8_WEIGHT_ONLY_CFG (per-channel int8 weights, no activation quantizer); the
+  export writes int8 weights and quant_algo W8A16.
+- int4_wo: ModelOpt has no per-channel INT4 weight-only preset that its TensorRT-LLM export knows,
+  so (as TensorRT-LLM's script does) the weights stay 16-bit and the checkpoint's quant_algo is set
+  to W4A16; trtllm-build packs them to int4 when it loads the checkpoint. See `WEIGHTS_PACKED_AT_BUILD`.
+- KV cache fp8 / int8: ModelOpt's attention `k_bmm_quantizer` / `v_bmm_quantizer` with E4M3 or
+  8-bit integer, max-calibrated (FP8_KV_CFG, and the same entry with 8 bits for int8).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
+from pipeline.quant import KvCacheFormat, QuantFormat
+
+# Formats whose weights leave ModelOpt unquantized; TensorRT-LLM quantizes them at build time.
+WEIGHTS_PACKED_AT_BUILD = {"int4_wo": "W4A16"}
+
+# Our format name -> ModelOpt config attribute (pipeline.quant names INT4_WEIGHT_ONLY_CFG for int4_wo,
+# which ModelOpt 0.47 does not have; int4_wo is handled as above).
+_MODELOPT_CONFIGS = {
+    "fp8": "FP8_DEFAULT_CFG",
+    "int8_sq": "INT8_SMOOTHQUANT_CFG",
+    "int8_wo": "INT8_WEIGHT_ONLY_CFG",
+    "int4_awq": "INT4_AWQ_CFG",
+    "w4a8_awq": "W4A8_AWQ_BETA_CFG",
+    "nvfp4": "NVFP4_DEFAULT_CFG",
+}
+
+AWQ_BLOCK_SIZES = (128, 64)
+
+# Row-parallel linears: TensorRT-LLM splits their in-features across tensor-parallel ranks.
+_ROW_PARALLEL = ("o_proj", "down_proj", "dense", "c_proj", "dense_4h_to_h", "fc2", "w2")
+
+ProgressFn = Callable[[int, int], None]
+
+
+def quiet_modelopt_import() -> Any:
+    """Import modelopt.torch.quantization without its 'transformers version not tested' warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is not tested with current version of modelopt.*")
+        import modelopt.torch.quantization as mtq
+    return mtq
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    table = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    try:
+        return table[name]
+    except KeyError:
+        raise InvalidInputError(f"Unknown dtype {name!r}.", hint="Use float16 or bfloat16.") from None
+
+
+def load_hf_model(hf_dir: Path | str, dtype: str = "float16") -> tuple[Any, Any]:
+    """Load (model, tokenizer) from a local Hugging Face checkpoint folder on the CPU, eval mode.
+
+    trust_remote_code is off: only architectures transformers itself implements are loaded.
+    The tokenizer pads on the left and falls back to the EOS token for padding.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(hf_dir)
+    if not (folder / "config.json").is_file():
+        raise InvalidInputError(
+            f"{folder} is not a Hugging Face checkpoint: config.json is missing.",
+            hint="Point --model at a folder made by `pipeline download` (or any folder with config.json and *.safetensors).",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch_dtype(dtype), trust_remote_code=False, low_cpu_mem_usage=True
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise StageFailedError(
+            f"Could not load the checkpoint in {folder}: {error}",
+            hint="Check the folder holds a complete checkpoint (config.json, *.safetensors, tokenizer files); "
+            "re-run `pipeline download --force` if a file is damaged.",
+        ) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return model, tokenizer
+
+
+def _quantized_linears(model: Any) -> list[tuple[str, Any]]:
+    """The Linear layers a quantization preset touches: everything but the LM head."""
+    import torch
+
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and "lm_head" not in name and "output_layer" not in name
+    ]
+
+
+def awq_block_size(model: Any, tp: int = 1) -> int:
+    """128 when every quantized in-feature (per tensor-parallel rank) divides by 128, else 64, else an error."""
+    in_features = {}
+    for name, module in _quantized_linears(model):
+        features = module.in_features
+        if name.rsplit(".", 1)[-1] in _ROW_PARALLEL:
+            features = features // tp if features % tp == 0 else features / tp
+        in_features[name] = features
+    for block in AWQ_BLOCK_SIZES:
+        if all(isinstance(f, int) and f % block == 0 for f in in_features.values()):
+            return block
+    bad = sorted({str(f) for f in in_features.values() if not (isinstance(f, int) and f % AWQ_BLOCK_SIZES[-1] == 0)})
+    raise UnsupportedError(
+        f"AWQ needs every quantized in-feature (per tensor-parallel rank) to divide by {' or '.join(map(str, AWQ_BLOCK_SIZES))}; "
+        f"this model has in-features {', '.join(bad)} at tp={tp}.",
+        hint="Use int8_wo, int8_sq or fp8 for this model, or a tp size that keeps the split in-features a multiple of 64.",
+    )
+
+
+def modelopt_config(fmt: QuantFormat, kv: KvCacheFormat, *, awq_block: int | None = None) -> dict[str, Any] | None:
+    """The ModelOpt quantize config for a format plus KV cache, or None when nothing is quantized."""
+    mtq = quiet_modelopt_import()
+    attribute = _MODELOPT_CONFIGS.get(fmt.name)
+    if attribute is None and kv.kv_cache_quant_algo is None:
+        return None
+    if attribute is None:  # 16-bit weights, quantized KV cache only
+        cfg: dict[str, Any] = {"quant_cfg": [{"quantizer_name": "*", "enable": False}], "algorithm": "max"}
+    else:
+        cfg = copy.deepcopy(getattr(mtq, attribute))
+    if "awq" in fmt.name:
+        if awq_block is None:
+            raise ValueError("awq_block is required for AWQ formats")
+        _set_awq_block(cfg, awq_block)
+    kv_entries = kv_cache_entries(kv)
+    if kv_entries:
+        cfg["quant_cfg"] = list(cfg["quant_cfg"]) + kv_entries
+    return cfg
+
+
+def kv_cache_entries(kv: KvCacheFormat) -> list[dict[str, Any]]:
+    """ModelOpt quant_cfg entries for the attention K/V quantizers (empty for a 16-bit KV cache)."""
+    if kv.kv_cache_quant_algo is None:
+        return []
+    if kv.name == "fp8":
+        return copy.deepcopy(list(quiet_modelopt_import().FP8_KV_CFG["quant_cfg"]))
+    if kv.name == "int8":
+        return [{"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}}]
+    raise UnsupportedError(f"KV-cache format {kv.name} has no ModelOpt quantizer here.", hint="Use fp8 or int8.")
+
+
+def _set_awq_block(cfg: dict[str, Any], block: int) -> None:
+    for entry in cfg["quant_cfg"]:
+        if entry.get("quantizer_name") != "*weight_quantizer" or "cfg" not in entry:
+            continue
+        attrs = entry["cfg"] if isinstance(entry["cfg"], list) else [entry["cfg"]]
+        for attr in attrs:
+            sizes = attr.get("block_sizes")
+            if sizes and -1 in sizes:
+                sizes[-1] = block
+            elif sizes and "-1" in sizes:
+                sizes["-1"] = block
+
+
+def calibration_batches(tokenizer: Any, texts: list[str], *, batch_size: int, max_len: int) -> list[dict[str, Any]]:
+    """Tokenized calibration batches (left-padded, truncated to max_len)."""
+    batches = []
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        encoded = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=max_len)
+        batches.append({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]})
+    return batches
+
+
+def quantize_model(
+    model: Any,
+    tokenizer: Any,
+    fmt: QuantFormat,
+    kv: KvCacheFormat,
+    calib_texts: list[str],
+    *,
+    batch_size: int = 4,
+    max_len: int = 256,
+    tp: int = 1,
+    progress: ProgressFn | None = None,
+) -> Any:
+    """Quantize model in place with ModelOpt for fmt (+ kv) and return it.
+
+    Formats with no ModelOpt quantizer (fp16, bf16, int4_wo without a quantized KV cache) return the
+    model untouched. `progress(done, total)` is called after each calibration batch.
+    Weight-only int8 needs no calibration data; the others run a forward pass over calib_texts.
+    """
+    import torch
+
+    block = awq_block_size(model, tp) if "awq" in fmt.name else None
+    cfg = modelopt_config(fmt, kv, awq_block=block)
+    if cfg is None:
+        return model
+    mtq = quiet_modelopt_import()
+    needs_data = fmt.needs_calibration or kv.kv_cache_quant_algo is not None
+    if needs_data and not calib_texts:
+        raise InvalidInputError(
+            f"{fmt.name} (KV cache {kv.name}) needs calibration data and none was given.",
+            hint="Leave --calib-data unset to use the shipped calibration set, or give a file with text in it.",
+        )
+    batches = calibration_batches(tokenizer, calib_texts, batch_size=batch_size, max_len=max_len) if needs_data else []
+
+    def forward_loop(m: Any) -> None:
+        with torch.no_grad():
+            for index, batch in enumerate(batches, 1):
+                m(**batch)
+                if progress is not None:
+                    progress(index, len(batches))
+
+    try:
+        return mtq.quantize(model, cfg, forward_loop if batches else None)
+    except (RuntimeError, ValueError, AssertionError) as error:
+        raise StageFailedError(
+            f"ModelOpt quantization to {fmt.name} failed: {error}",
+            hint="Re-run with --debug for the traceback; try another --quant format or a smaller --calib-size.",
+        ) from error
+
+
+def calibration_steps(fmt: QuantFormat, kv: KvCacheFormat, n_texts: int, batch_size: int) -> int:
+    """How many forward passes quantize_model will call progress for (0 when no calibration runs).
+
+    AWQ-lite runs the loop twice (statistics, then the scale search)."""
+    if _MODELOPT_CONFIGS.get(fmt.name) is None and kv.kv_cache_quant_algo is None:
+        return 0
+    if not (fmt.needs_calibration or kv.kv_cache_quant_algo is not None):
+        return 0
+    batches = -(-n_texts // batch_size)
+    return batches * (2 if "awq" in fmt.name else 1)
+
