@@ -1,0 +1,312 @@
+"""ReferenceEngine: one transformers continuous-batching manager shared by every request of the
+`tensorrt_llm` model instance, plus the TensorRT-LLM request semantics the manager lacks.
+
+The manager schedules, batches (in-flight) and owns the paged KV cache. This class adds:
+validation against the engine limits, per-request sampling (sampling.RequestSampler), end ids,
+stop words (the request is cancelled in the manager as soon as its output ends with one, which
+frees its KV blocks), cancellation, log-probs and the perf-metric timestamps. Results reach the
+caller through a callback per request, called from one dispatcher thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
+from pipeline.reference_runtime.words import ends_with_any
+
+LOG = logging.getLogger("pipeline.reference_runtime")
+
+
+class RequestError(ValueError):
+    """A request the runtime refuses (too long, unsupported option); the message goes to the client."""
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_batch_size: int = 8
+    max_input_len: int = 1024
+    max_seq_len: int = 2048
+    max_num_tokens: int = 8192
+    tokens_per_block: int = 32
+    max_tokens_in_paged_kv_cache: int | None = None
+    enable_kv_cache_reuse: bool = False
+    max_queue_size: int = 0
+
+    @classmethod
+    def from_build_config(cls, build_config: dict, **overrides) -> "EngineLimits":
+        plugin = build_config.get("plugin_config") or {}
+        values = {
+            "max_batch_size": int(build_config.get("max_batch_size", 8)),
+            "max_input_len": int(build_config.get("max_input_len", 1024)),
+            "max_seq_len": int(build_config.get("max_seq_len", 2048)),
+            "max_num_tokens": int(build_config.get("max_num_tokens") or 8192),
+            "tokens_per_block": int(plugin.get("tokens_per_block", 32)),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class GenerationRequest:
+    input_ids: list[int]
+    max_new_tokens: int
+    end_id: int | None = None
+    stop_words: list[list[int]] = field(default_factory=list)
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    streaming: bool = False
+    return_log_probs: bool = False
+
+
+@dataclass
+class GenerationEvent:
+    """One update of a request. `new_tokens` are the tokens since the previous event; `tokens` all of them."""
+
+    new_tokens: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    finished: bool
+    finish_reason: str | None = None  # length | end_id | stop_word | cancelled | error
+    error: str | None = None
+    timings_ns: dict[str, int] = field(default_factory=dict)
+
+
+Callback = Callable[[GenerationEvent], None]
+
+
+@dataclass
+class _Active:
+    request: GenerationRequest
+    callback: Callback
+    slot: int
+    is_cancelled: Callable[[], bool] | None
+    arrival_ns: int
+    seen: int = 0
+    tokens: list[int] = field(default_factory=list)
+    first_token_ns: int = 0
+    done: bool = False
+
+
+class ReferenceEngine:
+    def __init__(self, model_dir: Path, limits: EngineLimits, *, default_end_id: int | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+        from transformers.generation.logits_process import LogitsProcessorList
+
+        self.limits = limits
+        self.sampler = RequestSampler()
+        # "sdpa": transformers 5.24 switches it to its paged form itself and warns that the
+        # "paged|sdpa" spelling is deprecated.
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32)
+        self.default_end_id = default_end_id if default_end_id is not None else _first(model.generation_config.eos_token_id)
+        model._get_logits_processor = lambda _config: LogitsProcessorList([self.sampler])  # our sampler, their scheduler
+        kv_tokens = limits.max_tokens_in_paged_kv_cache or limits.max_batch_size * limits.max_seq_len
+        cb_config = ContinuousBatchingConfig(
+            page_size=limits.tokens_per_block,
+            num_blocks=max(1, math.ceil(kv_tokens / limits.tokens_per_block)),
+            max_batch_tokens=limits.max_num_tokens,
+            max_requests_per_batch=limits.max_batch_size,
+            allow_block_sharing=limits.enable_kv_cache_reuse,
+            use_cuda_graph=False,
+            use_async_batching=False,
+            max_queue_size=limits.max_queue_size,
+        )
+        generation_config = GenerationConfig(
+            do_sample=True,  # the sampler hands over one-hot rows, so the draw returns its choice
+            max_new_tokens=limits.max_seq_len,
+            eos_token_id=self.default_end_id if self.default_end_id is not None else -1,
+            pad_token_id=self.default_end_id,
+        )
+        self._manager = model.init_continuous_batching(
+            generation_config=generation_config, continuous_batching_config=cb_config
+        )
+        self._manager.logit_processor.tensors_required = 1  # room for the sampler's slot column
+        self._manager.start()
+        self._active: dict[str, _Active] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._running = True
+        self._perf0, self._wall0 = time.perf_counter(), time.time_ns()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="reference-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    # -- public ------------------------------------------------------------------------------------
+    def validate(self, request: GenerationRequest) -> None:
+        prompt = len(request.input_ids)
+        if prompt == 0:
+            raise RequestError("The prompt is empty (input_lengths is 0).")
+        if prompt > self.limits.max_input_len:
+            raise RequestError(
+                f"Prompt has {prompt} tokens, more than this engine's max_input_len {self.limits.max_input_len}. "
+                "Shorten the prompt or build the engine with a larger max_input_len."
+            )
+        if request.max_new_tokens < 1:
+            raise RequestError(f"request_output_len must be at least 1, got {request.max_new_tokens}.")
+        if prompt + request.max_new_tokens > self.limits.max_seq_len:
+            raise RequestError(
+                f"Prompt ({prompt} tokens) + request_output_len ({request.max_new_tokens}) = "
+                f"{prompt + request.max_new_tokens} exceeds this engine's max_seq_len {self.limits.max_seq_len}. "
+                "Ask for fewer output tokens or build the engine with a larger max_seq_len."
+            )
+
+    def submit(
+        self, request: GenerationRequest, callback: Callback, *, is_cancelled: Callable[[], bool] | None = None
+    ) -> str:
+        """Queue a request; callback gets GenerationEvents (the last has finished=True). Raises RequestError."""
+        self.validate(request)
+        end_id = self.default_end_id if request.end_id is None else request.end_id
+        end_ids = () if end_id is None or end_id < 0 else (int(end_id),)
+        options = SamplingOptions(**{**request.sampling.__dict__, "end_ids": end_ids})
+        slot = self.sampler.register(options, request.input_ids)
+        request_id = f"ref-{next(self._ids)}"
+        active = _Active(request, callback, slot, is_cancelled, time.time_ns())
+        with self._lock:
+            self._active[request_id] = active
+        try:
+            accepted = self._manager.add_request(
+                list(request.input_ids),
+                request_id=request_id,
+                max_new_tokens=request.max_new_tokens,
+                streaming=True,  # always: stop words and cancellation are checked per token
+                record_timestamps=False,
+                eos_token_id=list(end_ids) or [-1],
+                slot=slot,
+            )
+        except Exception as error:  # queue full (backpressure) or a stopped manager
+            self._forget(request_id)
+            raise RequestError(f"The reference runtime could not queue the request: {error or type(error).__name__}.")
+        if accepted is None:
+            self._forget(request_id)
+            raise RequestError("The reference runtime is shutting down and accepts no new requests.")
+        return request_id
+
+    def cancel(self, request_id: str) -> None:
+        active = self._active.get(request_id)
+        if active is not None:
+            self._finish(request_id, active, "cancelled", cancel_in_manager=True)
+
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def close(self) -> None:
+        self._running = False
+        for request_id, active in list(self._active.items()):
+            self._finish(request_id, active, "cancelled", cancel_in_manager=False)
+        try:
+            self._manager.stop(block=True, timeout=10)
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            LOG.exception("stopping the continuous batching manager failed")
+
+    # -- dispatcher --------------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        last_check = time.monotonic()
+        while self._running:
+            output = self._manager.get_result(timeout=0.05)
+            if output is not None:
+                try:
+                    self._on_output(output)
+                except Exception:  # noqa: BLE001 - one bad request must not stop the dispatcher
+                    LOG.exception("handling output of %s failed", getattr(output, "request_id", "?"))
+            if time.monotonic() - last_check > 0.05:
+                last_check = time.monotonic()
+                self._check_cancellations()
+            if output is None and not self._manager.is_running() and self._running:
+                self._fail_all("The continuous batching manager stopped unexpectedly.")
+                time.sleep(0.5)
+
+    def _check_cancellations(self) -> None:
+        for request_id, active in list(self._active.items()):
+            probe = active.is_cancelled
+            try:
+                if probe is not None and probe():
+                    self._finish(request_id, active, "cancelled", cancel_in_manager=True, notify=False)
+            except Exception:  # noqa: BLE001
+                LOG.exception("cancellation probe failed")
+
+    def _on_output(self, output) -> None:
+        active = self._active.get(output.request_id)
+        if active is None or active.done:
+            return
+        if output.error:
+            self._finish(output.request_id, active, "error", error=str(output.error))
+            return
+        generated = list(output.generated_tokens)
+        new = generated[active.seen:]
+        active.seen = len(generated)
+        reason = None
+        end_ids = self.sampler.state(active.slot).options.end_ids if self.sampler.state(active.slot) else ()
+        added: list[int] = []
+        for token in new:
+            if token in end_ids:
+                reason = "end_id"
+                break
+            active.tokens.append(token)
+            added.append(token)
+            if active.request.stop_words and ends_with_any(active.tokens, active.request.stop_words):
+                reason = "stop_word"
+                break
+        if reason is None and output.is_finished():
+            reason = "length"
+        if added and not active.first_token_ns:
+            active.first_token_ns = time.time_ns()
+        if reason is not None:
+            self._finish(output.request_id, active, reason, new_tokens=added, cancel_in_manager=not output.is_finished(),
+                         scheduled=output.lifespan[0])
+        elif added and active.request.streaming:
+            active.callback(self._event(active, added, False, None, output.lifespan[0]))
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _event(self, active: _Active, new_tokens, finished, reason, scheduled_perf=-1.0, error=None) -> GenerationEvent:
+        state = self.sampler.state(active.slot)
+        logprobs = list(state.logprobs[: len(active.tokens)]) if state and active.request.return_log_probs else []
+        now = time.time_ns()
+        timings = {
+            "arrival_time_ns": active.arrival_ns,
+            "first_scheduled_time_ns": self._wall_ns(scheduled_perf) if scheduled_perf and scheduled_perf > 0 else 0,
+            "first_token_time_ns": active.first_token_ns,
+            "last_token_time_ns": now if active.tokens else 0,
+        }
+        return GenerationEvent(list(new_tokens), list(active.tokens), logprobs, finished, reason, error, timings)
+
+    def _finish(self, request_id, active, reason, *, new_tokens=(), cancel_in_manager=False, error=None,
+                scheduled=-1.0, notify=True) -> None:
+        with self._lock:
+            if active.done:
+                return
+            active.done = True
+        if cancel_in_manager:
+            self._manager.cancel_request(request_id)
+        if notify:
+            event = self._event(active, new_tokens, True, reason, scheduled, error)
+            try:
+                active.callback(event)
+            except Exception:  # noqa: BLE001
+                LOG.exception("final callback of %s failed", request_id)
+        self._forget(request_id)
+
+    def _forget(self, request_id: str) -> None:
+        with self._lock:
+            active = self._active.pop(request_id, None)
+        if active is not None:
+            self.sampler.release(active.slot)
+
+    def _fail_all(self, message: str) -> None:
+        for request_id, active in list(self._active.items()):
+            self._finish(request_id, active, "error", error=message)
+
+    def _wall_ns(self, perf: float) -> int:
+        return int(self._wall0 + (perf - self._perf0) * 1e9)
+
+
+def _first(value):
+    if isinstance(value, (list, tuple)):
+        return value[0] if value else None
+    return value
