@@ -1,0 +1,553 @@
+"""Serve a Triton model repository: find `tritonserver`, start it, wait until it is ready, stop it.
+
+`tritonserver` comes from PATH (the NGC image) or from the `nvidia-pytriton` wheel, which ships the
+server, its bundled libraries and a Python-backend stub per Python version. The wheel's backends
+folder is copied once into a private cache with the stub for the running Python beside it, so the
+site-packages copy is never modified and several servers can start at once.
+
+World size > 1 (the `tensorrtllm` runtime, one rank per GPU) runs under `mpirun` the way
+tensorrtllm_backend's `launch_triton_server.py` does: rank 0 loads the whole repository, every other
+rank loads only the `tensorrt_llm` model(s) in explicit model-control mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
+from pipeline.paths import build_root
+
+TRTLLM_MODEL_NAMES: tuple[str, ...] = ("tensorrt_llm",)
+WARMUP_MODELS: tuple[str, ...] = ("ensemble", "tensorrt_llm_bls")
+STOP_TIMEOUT_S = 40.0
+
+
+class ServerSpec(BaseModel):
+    """What to serve and how. Port 0 means: pick a free port."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repo: Path
+    http_port: int = Field(0, ge=0, le=65535)
+    grpc_port: int = Field(0, ge=0, le=65535)
+    metrics_port: int = Field(0, ge=0, le=65535)
+    log_file: Path | None = None
+    ready_timeout_s: float = Field(300.0, gt=0)
+    world_size: int = Field(1, ge=1)
+    warmup: bool = True
+    extra_args: tuple[str, ...] = ()
+
+    @field_validator("repo")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return Path(value).expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class TritonBinary:
+    """A runnable tritonserver: the executable, its backends folder (None: the binary's default)
+    and the environment additions it needs."""
+
+    path: Path
+    backend_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    source: str = "PATH"
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the binary
+# ---------------------------------------------------------------------------------------------
+
+
+def find_tritonserver() -> TritonBinary:
+    """`tritonserver` on PATH, else the one inside the nvidia-pytriton wheel (prepared to run here)."""
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return TritonBinary(path=Path(on_path), source="PATH")
+    try:
+        import pytriton  # noqa: F401  (only to locate the wheel)
+    except ImportError as error:
+        raise ToolMissingError(
+            "No tritonserver found: it is not on PATH and the nvidia-pytriton wheel is not installed.",
+            hint="Run inside the NGC image (nvcr.io/nvidia/tritonserver:<YY.MM>-trtllm-python-py3) "
+            "or `pip install nvidia-pytriton` (make install does).",
+        ) from error
+    dist = Path(pytriton.__file__).resolve().parent / "tritonserver"
+    binary = dist / "bin" / "tritonserver"
+    libs = dist.parent.parent / "nvidia_pytriton.libs"
+    if not binary.is_file():
+        raise ToolMissingError(f"The nvidia-pytriton wheel has no server binary at {binary}.",
+                               hint="Reinstall nvidia-pytriton (0.7.x) or put tritonserver on PATH.")
+    backend_dir = _private_backends(dist)
+    env = {
+        "LD_LIBRARY_PATH": _join_path(str(libs), os.environ.get("LD_LIBRARY_PATH", "")),
+        # the Python-backend stub embeds an interpreter: it must import from this environment
+        "PATH": _join_path(str(Path(sys.executable).parent), os.environ.get("PATH", "")),
+    }
+    return TritonBinary(path=binary, backend_dir=backend_dir, env=env, source="nvidia-pytriton")
+
+
+def _join_path(first: str, rest: str) -> str:
+    return f"{first}:{rest}" if rest else first
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("PIPELINE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trtllm-pipeline")
+    return Path(base)
+
+
+def _private_backends(dist: Path) -> Path:
+    """A copy of the wheel's backends folder with the stub for this Python in backends/python/."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise UnsupportedError(
+            f"nvidia-pytriton has no Python-backend stub for Python {version} ({stub} is missing).",
+            hint="Use a Python version the wheel ships stubs for (3.8-3.13) or the NGC image.",
+        )
+    source = dist / "backends"
+    key = f"{version}-{int(source.stat().st_mtime)}-{stub.stat().st_size}"
+    target = cache_dir() / "triton-backends" / key
+    if (target / "python" / "triton_python_backend_stub").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(stub, tmp / "python" / "triton_python_backend_stub")
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process won the race: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# Command lines
+# ---------------------------------------------------------------------------------------------
+
+
+def _binary_path(binary: TritonBinary | str | Path) -> tuple[str, Path | None]:
+    if isinstance(binary, TritonBinary):
+        return str(binary.path), binary.backend_dir
+    return str(binary), None
+
+
+def _port_args(spec: ServerSpec) -> list[str]:
+    return [f"--grpc-port={spec.grpc_port}", f"--http-port={spec.http_port}", f"--metrics-port={spec.metrics_port}"]
+
+
+def tritonserver_command(spec: ServerSpec, binary: TritonBinary | str | Path) -> list[str]:
+    """The single-process command line. Ports are taken as given (start_server resolves 0 first)."""
+    path, backend_dir = _binary_path(binary)
+    cmd = [path, f"--model-repository={spec.repo}"]
+    if backend_dir is not None:
+        cmd.append(f"--backend-directory={backend_dir}")
+    cmd += _port_args(spec)
+    cmd += list(spec.extra_args)
+    return cmd
+
+
+def mpirun_command(
+    spec: ServerSpec,
+    binary: TritonBinary | str | Path,
+    *,
+    mpirun: str = "mpirun",
+    trtllm_model_names: Sequence[str] = TRTLLM_MODEL_NAMES,
+) -> list[str]:
+    """One tritonserver per rank under mpirun, as tensorrtllm_backend's launch_triton_server.py.
+
+    Every rank gets `-n 1`, the repository, the ports, --disable-auto-complete-config and its own
+    Python-backend shared-memory prefix; ranks other than 0 load only the TensorRT-LLM model(s)
+    (explicit model control), so the ensemble, pre/postprocessing and BLS run once, on rank 0.
+    """
+    path, backend_dir = _binary_path(binary)
+    cmd = [mpirun, "--allow-run-as-root"]
+    for rank in range(spec.world_size):
+        cmd += ["-n", "1", path, f"--model-repository={spec.repo}"]
+        if backend_dir is not None:
+            cmd.append(f"--backend-directory={backend_dir}")
+        cmd += _port_args(spec)
+        if rank != 0:
+            cmd.append("--model-control-mode=explicit")
+            cmd += [f"--load-model={name}" for name in trtllm_model_names]
+        cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        cmd += list(spec.extra_args)
+        cmd.append(":")
+    cmd.pop()  # no separator after the last rank
+    return cmd
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports
+# ---------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (bind port 0 and let the kernel pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
+def resolve_ports(spec: ServerSpec) -> ServerSpec:
+    """Fill ports given as 0 with free ones; refuse ports that are taken (exit 2)."""
+    chosen: dict[str, int] = {}
+    for name in ("http_port", "grpc_port", "metrics_port"):
+        port = getattr(spec, name)
+        if port and port_in_use(port):
+            raise InvalidInputError(
+                f"Port {port} (--{name.replace('_', '-')}) is already in use on this machine.",
+                hint=f"Stop what listens there (`ss -ltnp 'sport = :{port}'`) or pick another port; "
+                "0 picks a free one.",
+            )
+    taken = {spec.http_port, spec.grpc_port, spec.metrics_port} - {0}
+    if len(taken) < len([p for p in (spec.http_port, spec.grpc_port, spec.metrics_port) if p]):
+        raise InvalidInputError("The HTTP, gRPC and metrics ports must differ.", hint="Give three different ports or 0.")
+    for name in ("http_port", "grpc_port", "metrics_port"):
+        if getattr(spec, name) == 0:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            chosen[name] = port
+    return spec.model_copy(update=chosen) if chosen else spec
+
+
+# ---------------------------------------------------------------------------------------------
+# The running server
+# ---------------------------------------------------------------------------------------------
+
+
+def _terminate_group(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM the server (it unloads its models and stops its stubs), then SIGKILL the whole group."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.poll() is None:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class TritonServer:
+    """A started tritonserver (own process group). Use as a context manager, or call stop()."""
+
+    def __init__(self, spec: ServerSpec, process: subprocess.Popen, log_file: Path, command: list[str]) -> None:
+        self.spec = spec
+        self.process = process
+        self.log_file = log_file
+        self.command = command
+        self.started_unix = time.time()
+        self.ready_s: float | None = None
+        self._finalizer = weakref.finalize(self, _terminate_group, process, 5.0)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.spec.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.spec.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.spec.metrics_port}/metrics"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the server exits (or timeout); returns its exit code or None."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _tail(self.log_file, lines)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Stop the server and everything it started. Safe to call twice."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _terminate_group(self.process, timeout_s)
+        return self.process.returncode
+
+    def __enter__(self) -> "TritonServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def default_log_file() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return build_root() / "logs" / f"tritonserver-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:4]}.log"
+
+
+def check_repo(spec: ServerSpec) -> None:
+    repo = spec.repo
+    if not repo.is_dir():
+        raise InvalidInputError(f"Model repository {repo} does not exist.",
+                                hint="Render one with `pipeline render`, or pass the folder that holds the model folders.")
+    models = [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]
+    if not models:
+        raise InvalidInputError(f"{repo} holds no model folder with a config.pbtxt.",
+                                hint="Pass the repository root (the folder that contains ensemble/, tensorrt_llm/, ...).")
+    if spec.world_size > 1:
+        config = repo / "tensorrt_llm" / "config.pbtxt"
+        backend = _backend_of(config) if config.is_file() else None
+        if backend != "tensorrtllm":
+            raise UnsupportedError(
+                f"--world-size {spec.world_size} needs the tensorrtllm runtime (one rank per GPU); "
+                f"{repo} has tensorrt_llm backend {backend or 'none'}.",
+                hint="The reference runtime runs in one process: use --world-size 1, or render the repository "
+                "for the tensorrtllm runtime from a TP/PP engine.",
+            )
+
+
+def _backend_of(config: Path) -> str | None:
+    match = re.search(r'^\s*backend\s*:\s*"([^"]+)"', config.read_text(encoding="utf-8"), re.M)
+    return match.group(1) if match else None
+
+
+def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> TritonServer:
+    """Start tritonserver for spec.repo, wait until it is ready (and warmed up), and return it.
+
+    Raises InvalidInputError (bad repo, port in use), ToolMissingError (no tritonserver / mpirun),
+    StageFailedError (a model failed to load, the server died, or it was not ready in time; the
+    message names the model and quotes the log line).
+    """
+    check_repo(spec)
+    spec = resolve_ports(spec)
+    if binary is None:
+        binary = find_tritonserver()
+    if spec.world_size > 1:
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            raise ToolMissingError("--world-size > 1 runs one rank per GPU through mpirun, which is not installed here.",
+                                   hint="Serve from the NGC TensorRT-LLM Triton image, which ships OpenMPI.")
+        command = mpirun_command(spec, binary, mpirun=mpirun)
+    else:
+        command = tritonserver_command(spec, binary)
+    log_file = Path(spec.log_file).resolve() if spec.log_file else default_log_file()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **binary.env}
+    started = time.monotonic()
+    with open(log_file, "wb") as log:
+        log.write(("# " + " ".join(command) + "\n").encode())
+        log.flush()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env, start_new_session=True)
+    server = TritonServer(spec, process, log_file, command)
+    try:
+        wait_ready(server, spec.ready_timeout_s)
+        if spec.warmup:
+            warm_up(server)
+    except BaseException:
+        server.stop(timeout_s=10)
+        raise
+    server.ready_s = time.monotonic() - started
+    return server
+
+
+# ---------------------------------------------------------------------------------------------
+# Readiness and load failures
+# ---------------------------------------------------------------------------------------------
+
+_LOAD_FAILED = re.compile(r"failed to load '([^']+)'(?: version \d+)?: (.*)")
+_TABLE_ROW = re.compile(r"^\|\s*([^|\s]+)\s*\|\s*(\d+)\s*\|\s*(UNAVAILABLE[^|]*)\|", re.M)
+_PORT_BUSY = re.compile(r"(already in use|Address in use|address already in use)", re.I)
+
+
+def _http_get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (local URL)
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def repository_index(http_url: str) -> list[dict]:
+    """POST /v2/repository/index: every model with its state and reason."""
+    request = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+            return json.loads(response.read())
+    except (urllib.error.URLError, OSError, json.JSONDecodeError):
+        return []
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def load_failures(log_text: str) -> dict[str, str]:
+    """Failing model -> the log line that says why, from a tritonserver log."""
+    failures: dict[str, str] = {}
+    for line in log_text.splitlines():
+        match = _LOAD_FAILED.search(line)
+        if match:
+            failures.setdefault(match.group(1), line.strip())
+    for match in _TABLE_ROW.finditer(log_text):
+        failures.setdefault(match.group(1), match.group(0).strip())
+    return failures
+
+
+def _failure_error(server: TritonServer, what: str) -> StageFailedError:
+    log_text = server.log_file.read_text(encoding="utf-8", errors="replace") if server.log_file.is_file() else ""
+    failures = load_failures(log_text)
+    for entry in repository_index(server.http_url) if server.alive() else []:
+        state = entry.get("state", "")
+        if state and state != "READY":
+            failures.setdefault(entry.get("name", "?"), f"{state}: {entry.get('reason', '')}".strip())
+    if failures:
+        lines = "\n".join(f"  {name}: {line}" for name, line in failures.items())
+        names = ", ".join(failures)
+        return StageFailedError(
+            f"{what}: model(s) {names} failed to load.\n{lines}",
+            hint=f"Fix the model named above; the full server log is {server.log_file}.",
+        )
+    return StageFailedError(
+        f"{what}. Last lines of the server log:\n{server.log_tail(25)}",
+        hint=f"The full server log is {server.log_file}.",
+    )
+
+
+def wait_ready(server: TritonServer, timeout_s: float) -> None:
+    """Poll /v2/health/ready until 200; fail fast when the process exits."""
+    deadline = time.monotonic() + timeout_s
+    url = f"http://{server.http_url}/v2/health/ready"
+    while True:
+        code = server.process.poll()
+        if code is not None:
+            log_text = _tail(server.log_file, 200)
+            if _PORT_BUSY.search(log_text) and not load_failures(log_text):
+                line = next((l for l in log_text.splitlines() if _PORT_BUSY.search(l)), "")
+                raise InvalidInputError(f"tritonserver could not bind its ports: {line.strip()}",
+                                        hint="Pick free ports (0 picks one) or stop the other server.")
+            raise _failure_error(server, f"tritonserver exited with code {code} before it was ready")
+        if _http_get(url) == 200:
+            return
+        if time.monotonic() > deadline:
+            raise _failure_error(server, f"tritonserver was not ready after {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm-up
+# ---------------------------------------------------------------------------------------------
+
+
+def _warmup_target(client) -> tuple[str, object] | None:
+    """The first ready model that takes text_input and max_tokens (ensemble and BLS first)."""
+    index = [m.name for m in client.get_model_repository_index().models if m.state == "READY"]
+    ordered = [n for n in WARMUP_MODELS if n in index] + sorted(n for n in index if n not in WARMUP_MODELS)
+    for name in ordered:
+        config = client.get_model_config(name).config
+        inputs = {i.name for i in config.input}
+        if {"text_input", "max_tokens"} <= inputs:
+            return name, config
+    return None
+
+
+def warm_up(server: TritonServer, requests: int = 2, max_tokens: int = 4, timeout_s: float = 120.0) -> str | None:
+    """Send a few short streaming requests so the first user request does not pay for lazy set-up.
+
+    Returns the model warmed up (None when the repository has no text model). A failing warm-up
+    request is a StageFailedError: a server that cannot answer is not ready.
+    """
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        target = _warmup_target(client)
+        if target is None:
+            return None
+        name, config = target
+        batch = [1] if config.max_batch_size > 0 else []
+        names = {i.name for i in config.input}
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for n in range(requests):
+                tensors = [("text_input", np.array([b"Hello, warm-up."], dtype=np.object_), "BYTES"),
+                           ("max_tokens", np.array([max_tokens], dtype=np.int32), "INT32")]
+                if "stream" in names:
+                    tensors.append(("stream", np.array([True]), "BOOL"))
+                inputs = []
+                for tname, value, dtype in tensors:
+                    value = value.reshape(batch + [1])
+                    tensor = grpcclient.InferInput(tname, list(value.shape), dtype)
+                    tensor.set_data_from_numpy(value)
+                    inputs.append(tensor)
+                client.async_stream_infer(name, inputs, request_id=f"warmup-{n}", enable_empty_final_response=True)
+            done = 0
+            deadline = time.monotonic() + timeout_s
+            while done < requests:
+                try:
+                    result, error = answers.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise StageFailedError(f"Warm-up requests to {name!r} got no final answer within {timeout_s:g} s.",
+                                           hint=f"See the server log {server.log_file}.") from None
+                if error is not None:
+                    raise StageFailedError(f"Warm-up request to {name!r} failed: {error}",
+                                           hint=f"See the server log {server.log_file}.")
+                final = result.get_response().parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    done += 1
+        finally:
+            client.stop_stream()
+        return name
+    finally:
+        client.close()
