@@ -35,10 +35,28 @@ Goal = Literal["latency", "throughput"]
 
 GIB = 1024**3
 
-# ---- global efficiency constants (fitted by scripts/plan_vs_published.py on the 8B rows) ----------
-BANDWIDTH_EFFICIENCY = 0.80  # fraction of datasheet HBM bandwidth reached by weight and KV reads
-COMPUTE_EFFICIENCY = 0.55  # fraction of the dense tensor-core rate reached by GEMMs and attention
-STEP_OVERHEAD_PER_LAYER_S = 15e-6  # launch/scheduling cost per layer per iteration
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The model's only fitted numbers: global, the same for every GPU, precision, model and row."""
+
+    bandwidth: float  # fraction of datasheet HBM bandwidth reached by weight and KV reads
+    compute_16bit: float  # fraction of the dense BF16/FP16 rate reached (GEMMs, attention, lm_head)
+    compute_8bit: float  # fraction of the dense FP8/INT8 (and FP4) rate reached by quantized GEMMs
+    step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "bandwidth_efficiency": self.bandwidth,
+            "compute_efficiency_16bit": self.compute_16bit,
+            "compute_efficiency_8bit": self.compute_8bit,
+            "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
+        }
+
+
+# Fitted by scripts/plan_vs_published.py on TensorRT-LLM's published Llama-3.1-8B rows (TP 1).
+EFFICIENCY = Efficiency(bandwidth=0.72, compute_16bit=0.70, compute_8bit=0.53, step_overhead_per_layer_s=16e-6)
 
 # ---- fixed assumptions (not fitted) ----------------------------------------------------------------
 RUNTIME_RESERVE_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces, decoder buffers
@@ -483,6 +501,7 @@ def step_time(
     prefill_tokens: float,
     prefill_context: float,
     logits_tokens: float | None = None,
+    eff: Efficiency = EFFICIENCY,
 ) -> StepTime:
     """Seconds for one iteration.
 
@@ -492,12 +511,12 @@ def step_time(
     """
     tokens = decode + prefill_tokens
     logits = decode if logits_tokens is None else logits_tokens
-    bandwidth = hbm_bandwidth(gpu) * BANDWIDTH_EFFICIENCY
-    rate = compute_rate(gpu, quant) * COMPUTE_EFFICIENCY
-    attn_rate = attention_rate(gpu) * COMPUTE_EFFICIENCY
+    bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
+    rate = compute_rate(gpu, quant) * (eff.compute_16bit if quant.activation_bits >= 16 else eff.compute_8bit)
+    attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
-    gemm_flops = (2 * model.active_params_per_token * tokens + model.head_flops_per_token * logits) / tp
-    gemm_s = max(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_flops / rate) if tokens else 0.0
+    gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
+    gemm_s = max(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s) if tokens else 0.0
     # Decode attention: every sequence reads its whole KV cache.
     kv_read = decode * decode_context * kv_bytes_per_token(model, kv, tp)
     decode_attention_s = kv_read / bandwidth
@@ -512,11 +531,11 @@ def step_time(
         message = tokens * model.hidden_size * ACTIVATION_BYTES
         per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = 2 * model.num_layers * per_call
-    overhead_s = STEP_OVERHEAD_PER_LAYER_S * model.num_layers
+    overhead_s = eff.step_overhead_per_layer_s * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
 
 
-def _steady_step(model, gpu, quant, kv, tp, isl: int, osl: int, batch: float) -> StepTime:
+def _steady_step(model, gpu, quant, kv, tp, isl: int, osl: int, batch: float, eff: Efficiency) -> StepTime:
     """An iteration in steady state: `batch` sequences decoding, and the prefill of the requests that
     replace the ones finishing (batch/osl requests per step, isl tokens each)."""
     return step_time(
@@ -526,10 +545,11 @@ def _steady_step(model, gpu, quant, kv, tp, isl: int, osl: int, batch: float) ->
         prefill_tokens=batch * isl / osl,
         prefill_context=isl / 2,
         logits_tokens=batch,
+        eff=eff,
     )
 
 
-def prefill_time(model, gpu, quant, kv, tp, isl: int, max_num_tokens: int) -> float:
+def prefill_time(model, gpu, quant, kv, tp, isl: int, max_num_tokens: int, eff: Efficiency = EFFICIENCY) -> float:
     """Seconds to prefill one prompt alone, in chunks of max_num_tokens."""
     chunk = max(1, min(isl, max_num_tokens))
     total, done = 0.0, 0
@@ -537,7 +557,7 @@ def prefill_time(model, gpu, quant, kv, tp, isl: int, max_num_tokens: int) -> fl
         size = min(chunk, isl - done)
         step = step_time(
             model, gpu, quant, kv, tp,
-            decode=0, decode_context=0, prefill_tokens=size, prefill_context=done + size / 2, logits_tokens=1,
+            decode=0, decode_context=0, prefill_tokens=size, prefill_context=done + size / 2, logits_tokens=1, eff=eff,
         )
         total += step.total_s
         done += size
@@ -582,11 +602,13 @@ def predict(
     concurrency: int,
     *,
     build: dict[str, Any] | None = None,
+    efficiency: Efficiency | None = None,
 ) -> Prediction:
     """TTFT, TPOT and output tokens/s for a closed loop of `concurrency` clients (each sends its next
     request when the last one finishes), on an engine built with `build` (default: recommend_build
     for throughput)."""
     gpu, quant, kv = _resolve(model, gpu, quant, kv, tp)
+    eff = efficiency or EFFICIENCY
     if isl < 1 or osl < 1 or concurrency < 1:
         raise InvalidInputError("ISL, OSL and concurrency must be at least 1.", hint="e.g. --isl 1024 --osl 128 --concurrency 8")
     build = build or recommend_build(model, gpu, quant, kv, tp, "throughput", isl, osl)
@@ -601,19 +623,19 @@ def predict(
             hint=_what_fits_hint(model, gpu, quant, kv, tp, isl, osl),
         )
     batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
-    ttft = prefill_time(model, gpu, quant, kv, tp, isl, build["max_num_tokens"])
+    ttft = prefill_time(model, gpu, quant, kv, tp, isl, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step.
     step = step_time(
         model, gpu, quant, kv, tp,
         decode=batch, decode_context=isl + osl / 2,
-        prefill_tokens=(batch - 1) * isl / osl, prefill_context=isl / 2, logits_tokens=batch,
+        prefill_tokens=(batch - 1) * isl / osl, prefill_context=isl / 2, logits_tokens=batch, eff=eff,
     ).total_s
     if batch > 1:
         ttft += step / 2  # a new request waits on average half an iteration to join the batch
     latency = ttft + (osl - 1) * step
     throughput = batch * osl / latency
-    if concurrency > batch:  # the rest queue: each waits for (concurrency - batch) requests to finish
-        ttft += (concurrency - batch) / (throughput / osl) / max(1, concurrency / batch)
+    if concurrency > batch:  # the rest queue (Little's law): each waits for concurrency - batch requests to finish
+        ttft += (concurrency - batch) / (throughput / osl)
         latency = ttft + (osl - 1) * step
     return Prediction(
         concurrency=concurrency,
@@ -646,10 +668,12 @@ def max_throughput(
     osl: int,
     *,
     build: dict[str, Any] | None = None,
+    efficiency: Efficiency | None = None,
 ) -> ThroughputEstimate:
     """Output tokens/s of an offline max-load run (trtllm-bench throughput): the batch the KV cache
     and build limits allow, each iteration carrying its share of prefill."""
     gpu, quant, kv = _resolve(model, gpu, quant, kv, tp)
+    eff = efficiency or EFFICIENCY
     build = build or recommend_build(model, gpu, quant, kv, tp, "throughput", isl, osl)
     memory = memory_plan(
         model, gpu, quant, kv, tp, isl, osl,
@@ -662,12 +686,12 @@ def max_throughput(
             hint=_what_fits_hint(model, gpu, quant, kv, tp, isl, osl),
         )
     batch = _sustainable_batch(memory, build, isl, osl)
-    step = _steady_step(model, gpu, quant, kv, tp, isl, osl, batch)
+    step = _steady_step(model, gpu, quant, kv, tp, isl, osl, batch, eff)
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
     }
-    gemm_bound = "weights (bandwidth)" if weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * BANDWIDTH_EFFICIENCY) >= step.gemm_s else "GEMM compute"
+    gemm_bound = "weights (bandwidth)" if weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * eff.bandwidth) >= step.gemm_s else "GEMM compute"
     dominant = max(phases, key=phases.get)
     bound = gemm_bound if dominant == "gemm" else {
         "decode_attention": "KV-cache reads (bandwidth)", "context_attention": "context attention (compute)",
@@ -733,14 +757,6 @@ class PlanResult(BaseModel):
     constants: dict[str, float]
 
 
-def efficiency_constants() -> dict[str, float]:
-    return {
-        "bandwidth_efficiency": BANDWIDTH_EFFICIENCY,
-        "compute_efficiency": COMPUTE_EFFICIENCY,
-        "step_overhead_per_layer_us": STEP_OVERHEAD_PER_LAYER_S * 1e6,
-    }
-
-
 def alternatives(model: ModelSpec, gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat, tp: int, isl: int, osl: int) -> list[Alternative]:
     """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision, then
     smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
@@ -797,5 +813,56 @@ def plan(spec: PlanSpec) -> PlanResult:
         },
         gpu=gpu.key, quant=quant.name, kv_cache=kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         memory=memory, fits=memory.fits, alternatives=options, build=build,
-        prediction=prediction, max_throughput=throughput, constants=efficiency_constants(),
+        prediction=prediction, max_throughput=throughput, constants=EFFICIENCY.as_dict(),
     )
+
+
+# =====================================================================================================
+# Checking the model against published measurements
+# =====================================================================================================
+
+_PUBLISHED_PRECISIONS = {"FP8": ("fp8", "fp8"), "FP16": ("fp16", "auto"), "BF16": ("bf16", "auto")}
+PUBLISHED_KV_FRACTION = 0.95  # the perf-overview runs use --kv_cache_free_gpu_mem_fraction 0.95
+
+
+def trtllm_bench_throughput(
+    model: ModelSpec, gpu: str, precision: str, tp: int, isl: int, osl: int, *, efficiency: Efficiency | None = None
+) -> ThroughputEstimate:
+    """What `trtllm-bench throughput` should report for an engine built for this ISL/OSL. FP8 means
+    FP8 weights and an FP8 KV cache (trtllm-bench build sets both); FP16/BF16 a 16-bit KV cache."""
+    try:
+        quant, kv = _PUBLISHED_PRECISIONS[precision.upper()]
+    except KeyError:
+        raise InvalidInputError(
+            f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}."
+        ) from None
+    build = {**recommend_build(model, gpu, quant, kv, tp, "throughput", isl, osl), "kv_cache_free_gpu_mem_fraction": PUBLISHED_KV_FRACTION}
+    return max_throughput(model, gpu, quant, kv, tp, isl, osl, build=build, efficiency=efficiency)
+
+
+def compare_published(
+    model: ModelSpec, rows: list[dict[str, str]], *, efficiency: Efficiency | None = None
+) -> list[dict[str, Any]]:
+    """Predicted vs published output tokens/s for rows of trtllm_published_throughput.tsv."""
+    out = []
+    for row in rows:
+        estimate = trtllm_bench_throughput(
+            model, row["gpu"], row["precision"], int(row["tp"]), int(row["isl"]), int(row["osl"]), efficiency=efficiency
+        )
+        published = float(row["tokens_per_s"])
+        out.append({
+            "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
+            "isl": int(row["isl"]), "osl": int(row["osl"]),
+            "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
+            "error_pct": round(100 * (estimate.output_tokens_per_s - published) / published, 2),
+            "batch": estimate.batch, "bound": estimate.bound,
+        })
+    return out
+
+
+def median_abs_pct_error(comparison: list[dict[str, Any]]) -> float:
+    errors = sorted(abs(row["error_pct"]) for row in comparison)
+    if not errors:
+        return float("nan")
+    middle = len(errors) // 2
+    return errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2

@@ -1,0 +1,92 @@
+"""`pipeline plan`: memory, build limits and predicted TTFT/TPOT/throughput for a model on a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, QuantOpt, TpOpt, set_json
+from pipeline.errors import UnsupportedError
+from pipeline.output import OUT, simple_table
+from pipeline.plan import PlanResult, PlanSpec, plan
+
+ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]
+IslOpt = Annotated[int, typer.Option("--isl", min=1, help="Input sequence length (prompt tokens).")]
+OslOpt = Annotated[int, typer.Option("--osl", min=1, help="Output sequence length (generated tokens).")]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Concurrent clients for the latency prediction.")]
+GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput: what the recommended build optimises.")]
+KvFractionOpt = Annotated[
+    Optional[float],
+    typer.Option("--kv-fraction", min=0.01, max=1.0, help="kv_cache_free_gpu_mem_fraction (default: 0.95 throughput, 0.9 latency)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)
+
+
+def plan_command(
+    model: ModelConfigOpt,
+    gpu: GpuOpt,
+    quant: QuantOpt = "fp16",
+    kv_cache: KvCacheOpt = None,
+    tp: TpOpt = 1,
+    isl: IslOpt = 1024,
+    osl: OslOpt = 128,
+    concurrency: ConcurrencyOpt = 1,
+    goal: GoalOpt = "throughput",
+    kv_fraction: KvFractionOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone)."""
+    set_json(json_output)
+    if goal not in ("latency", "throughput"):
+        raise UnsupportedError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
+    spec = PlanSpec(
+        model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp, isl=isl, osl=osl,
+        concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction,
+    )
+    result = plan(spec)
+    OUT.result(result, table=_table(result))
+    if not result.fits:
+        options = "; ".join(f"--tp {a.tp} --quant {a.quant} --kv-cache {a.kv_cache}" for a in result.alternatives)
+        raise UnsupportedError(
+            f"{result.model['name']} ({result.quant}, {result.tp}x {result.gpu}) has no room for one "
+            f"{isl + osl}-token sequence: {result.memory.weights_gib:.1f} GiB of weights per GPU on "
+            f"{result.memory.gpu_memory_gib:.0f} GiB.",
+            hint=f"What would fit: {options}." if options else "Shorten ISL+OSL or choose a GPU with more memory.",
+        )
+
+
+def _table(result: PlanResult):
+    mem, model = result.memory, result.model
+    rows: list[list[object]] = [
+        ["model", f"{model['name']}: {model['params_b']} B params, {model['layers']} layers, "
+                  f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"],
+        ["target", f"{result.tp}x {result.gpu}, weights {result.quant}, KV cache {result.kv_cache}, "
+                   f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}"],
+        ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],
+        ["runtime + activations", f"{mem.reserve_gib:.2f} GiB of {mem.gpu_memory_gib:.0f} GiB"],
+        ["KV cache", f"{mem.kv_cache_gib:.2f} GiB at fraction {mem.kv_cache_free_gpu_mem_fraction} = "
+                     f"{mem.kv_capacity_tokens:,} tokens ({mem.kv_bytes_per_token / 1024:.0f} KiB/token/GPU)"],
+        ["max sequences", f"{mem.max_sequences} at {result.isl + result.osl} tokens" + ("" if mem.fits else "  DOES NOT FIT")],
+    ]
+    for alt in result.alternatives:
+        rows.append(["would fit", f"--tp {alt.tp} --quant {alt.quant} --kv-cache {alt.kv_cache} ({alt.max_sequences} sequences)"])
+    if result.prediction is not None:
+        p = result.prediction
+        rows += [
+            [f"at concurrency {p.concurrency}", f"TTFT {p.ttft_ms:.1f} ms, TPOT {p.tpot_ms:.2f} ms, "
+                                                f"{p.output_tokens_per_s:,.0f} output tok/s ({p.output_tokens_per_s_per_user:.1f} per user), batch {p.batch}"],
+        ]
+    if result.max_throughput is not None:
+        t = result.max_throughput
+        rows.append(["max throughput", f"{t.output_tokens_per_s:,.0f} output tok/s at batch {t.batch} "
+                                       f"({t.step_ms:.1f} ms/step, bound by {t.bound})"])
+    build = result.build
+    rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
+                                      f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "
+                                      f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"])
+    return simple_table("Capacity and latency plan (predictions from datasheet figures x fitted global efficiencies)", ["", "value"], rows)
