@@ -24,8 +24,9 @@ import re
 import shutil
 import struct
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Iterator, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -330,9 +331,14 @@ def download(spec: DownloadSpec) -> DownloadResult:
             )
 
     OUT.info(f"download: {parsed.display} -> {out}")
-    with atomic_dir(out) as tmp:
-        if parsed.kind == "hf":
-            extra = _fetch_hub(parsed, tmp)
+    show_bars = not (OUT.json_mode or OUT.quiet)
+    snapshot = None
+    if parsed.kind == "hf":  # into the HF cache first: a refused or failed fetch leaves build/ untouched
+        with _library_progress_bars(show_bars):
+            snapshot = _snapshot(parsed, force_download=False)
+    with atomic_dir(out) as tmp, _library_progress_bars(show_bars):
+        if snapshot is not None:
+            extra = _copy_snapshot(parsed, snapshot, tmp)
             packages = _HUB_PACKAGES
         elif parsed.kind == "local":
             extra = _copy_local(Path(parsed.location), tmp)
@@ -430,6 +436,28 @@ def _copy_local(folder: Path, tmp: Path) -> dict[str, Any]:
 # hf:
 
 
+@contextmanager
+def _library_progress_bars(show: bool) -> Iterator[None]:
+    """huggingface_hub's and transformers' own tqdm bars (per-file bytes, GGUF tensors) on stderr,
+    silenced under --json/--quiet and restored afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    if show or are_progress_bars_disabled():
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    transformers_bars = hf_logging.is_progress_bar_enabled()
+    disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        enable_progress_bars()
+        if transformers_bars:
+            hf_logging.enable_progress_bar()
+
+
 def _env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -449,10 +477,9 @@ def hub_cache_dir() -> Path | None:
     return None  # the library's default
 
 
-def _fetch_hub(parsed: ParsedSource, tmp: Path) -> dict[str, Any]:
-    """snapshot_download into the HF cache (resumable; token from HF_TOKEN / `hf auth login`, which we
-    never read, print or store), then copy the snapshot's files out of the cache."""
-    snapshot = _snapshot(parsed, force_download=False)
+def _copy_snapshot(parsed: ParsedSource, snapshot: Path, tmp: Path) -> dict[str, Any]:
+    """Copy a cached snapshot's files out of the HF cache, checking large files against their
+    sha256 (their blob name); corrupt blobs are downloaded again when the Hub is reachable."""
     commit = snapshot.name
     files = _selected_files(snapshot)
     if not (snapshot / "config.json").is_file() or not any(p.name.endswith(".safetensors") for p in files):
@@ -498,6 +525,8 @@ def _copy_verified(files: list[Path], tmp: Path) -> list[str]:
 
 
 def _snapshot(parsed: ParsedSource, *, force_download: bool, only: list[str] | None = None) -> Path:
+    """snapshot_download into the HF cache: resumable (partial blobs are continued), the token comes
+    from HF_TOKEN or `hf auth login` inside huggingface_hub (we never read, print or store it)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -521,6 +550,7 @@ def _snapshot(parsed: ParsedSource, *, force_download: bool, only: list[str] | N
             ignore_patterns=list(IGNORE_PATTERNS),
             local_files_only=offline,
             force_download=force_download,
+            endpoint=os.environ.get("HF_ENDPOINT") or None,
         )
     except GatedRepoError:
         raise InvalidInputError(
