@@ -1,0 +1,87 @@
+"""`pipeline k8s render`: Kubernetes manifests for one build profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
+from pipeline.k8s import K8sSpec, render_k8s
+from pipeline.output import OUT, simple_table
+
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Build profile id (or readable name) under build/*/engines/.")]
+EngineOpt = Annotated[Optional[Path], typer.Option("--engine", help="Engine folder with a manifest.json (instead of --profile).")]
+ReplicasOpt = Annotated[int, typer.Option("--replicas", min=1, help="Initial replicas (each replica = one pod, or one LeaderWorkerSet group).")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", help="Namespace of every resource.")]
+ModelStoreOpt = Annotated[str, typer.Option("--model-store", help="Where the Triton repository comes from: pvc, image or s3.")]
+S3UriOpt = Annotated[Optional[str], typer.Option("--s3-uri", help="s3://BUCKET/PREFIX of the repository (with --model-store s3).")]
+PvcNameOpt = Annotated[Optional[str], typer.Option("--pvc-name", help="PersistentVolumeClaim holding the repository (default <name>-models).")]
+ImageOpt = Annotated[Optional[str], typer.Option("--image", help="Serving image (default: the pinned Triton TensorRT-LLM image).")]
+MinReplicasOpt = Annotated[Optional[int], typer.Option("--min-replicas", min=1, help="Autoscaler minimum (default --replicas).")]
+MaxReplicasOpt = Annotated[Optional[int], typer.Option("--max-replicas", min=1, help="Autoscaler maximum (default max(4, --replicas)).")]
+GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node; larger worlds become a LeaderWorkerSet.")]
+NameOpt = Annotated[Optional[str], typer.Option("--name", help="Resource name (default triton-<model>-<profile id>).")]
+HfSecretOpt = Annotated[str, typer.Option("--hf-token-secret", help="Secret with key HF_TOKEN (referenced, never inlined).")]
+QueueRatioOpt = Annotated[float, typer.Option("--queue-ratio-target", help="HPA target: Triton queue time per unit of compute time.")]
+
+
+def register(app: typer.Typer) -> None:
+    k8s = typer.Typer(name="k8s", help="Kubernetes manifests for Triton deployments.", no_args_is_help=True)
+    k8s.command("render")(render)
+    app.add_typer(k8s, name="k8s")
+
+
+def render(
+    profile: ProfileOpt = None,
+    engine: EngineOpt = None,
+    replicas: ReplicasOpt = 1,
+    namespace: NamespaceOpt = "default",
+    model_store: ModelStoreOpt = "pvc",
+    s3_uri: S3UriOpt = None,
+    pvc_name: PvcNameOpt = None,
+    image: ImageOpt = None,
+    min_replicas: MinReplicasOpt = None,
+    max_replicas: MaxReplicasOpt = None,
+    gpus_per_node: GpusPerNodeOpt = 8,
+    name: NameOpt = None,
+    hf_token_secret: HfSecretOpt = "hf-token",
+    queue_ratio_target: QueueRatioOpt = 1.0,
+    out: OutDirOpt = None,
+    force: ForceOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Render Deployment/LeaderWorkerSet, Service, HPA, PDB, monitoring and dashboard for a profile."""
+    set_json(json_output)
+    from pydantic import ValidationError
+
+    from pipeline.errors import InvalidInputError
+
+    if model_store not in ("pvc", "image", "s3"):
+        raise InvalidInputError(f"Unknown --model-store {model_store!r}.", hint="Use pvc, image or s3.")
+    try:
+        spec = K8sSpec(
+            profile_id=profile, engine_dir=engine, replicas=replicas, namespace=namespace, model_store=model_store,
+            s3_uri=s3_uri, pvc_name=pvc_name, image=image, min_replicas=min_replicas, max_replicas=max_replicas,
+            gpus_per_node=gpus_per_node, name=name, hf_token_secret=hf_token_secret,
+            queue_ratio_target=queue_ratio_target, out=out, force=force,
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = "--" + str(first["loc"][0]).replace("_", "-") if first.get("loc") else "an option"
+        raise InvalidInputError(f"Invalid {field}: {first['msg']}.", hint="See `pipeline k8s render --help`.") from error
+    result = render_k8s(spec)
+    state = "unchanged (same inputs)" if result.skipped else "written"
+    OUT.info(f"{result.kind} for {result.profile_name}: {state} in {result.out_dir}")
+    for note in result.notes:
+        OUT.warn(note)
+    OUT.result(
+        result,
+        table=simple_table(
+            f"k8s manifests ({result.validated_with})",
+            ["profile", "kind", "replicas", "pods/replica", "GPUs/pod", "files", "folder"],
+            [[result.profile_id, result.kind, result.replicas, result.pods_per_replica, result.gpus_per_pod,
+              len(result.files), result.out_dir]],
+        ),
+    )
