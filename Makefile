@@ -59,3 +59,8 @@ engine: $(STAMP)
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# Kubernetes manifests for one engine: make k8s PROFILE=<profile id or name> [NAMESPACE=llm] [K8S_ARGS="--model-store s3 --s3-uri s3://b/p"]
+.PHONY: k8s
+k8s: $(STAMP)
+	$(PIPE) k8s render --profile $(PROFILE) $(if $(NAMESPACE),--namespace $(NAMESPACE)) $(K8S_ARGS)
