@@ -553,6 +553,7 @@ i=1
 while [ "$i" -lt "$group_size" ]; do
   until kubectl wait --for=condition=Ready "pod/${POD_NAME}-${i}" --timeout=60s >/dev/null 2>&1; do
     echo "waiting for worker ${POD_NAME}-${i}"
+    sleep 2
   done
   i=$((i + 1))
 done
