@@ -64,3 +64,14 @@ clean:
 .PHONY: k8s
 k8s: $(STAMP)
 	$(PIPE) k8s render --profile $(PROFILE) $(if $(NAMESPACE),--namespace $(NAMESPACE)) $(K8S_ARGS)
+
+# Capacity/latency plan from config.json alone: make plan PLAN_MODEL=path/to/hf-or-config.json GPU=h100 QUANT=fp8 [KV=fp8] [TP=1] ISL=1024 OSL=128
+# plan-check: the planner against TensorRT-LLM's published throughput (table, JSON + PNG under build/reports/).
+PLAN_MODEL ?= tests/fixtures/llama-3.1-8b
+ISL ?= 1024
+OSL ?= 128
+.PHONY: plan plan-check
+plan: $(STAMP)
+	$(PIPE) plan --model $(PLAN_MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --isl $(ISL) --osl $(OSL) --goal $(GOAL)
+plan-check: $(STAMP)
+	$(BIN)/python scripts/plan_vs_published.py --cv
