@@ -430,7 +430,7 @@ def _tokens_for(batch: int, isl: int, osl: int) -> int:
 
 
 def recommend_build(
-    model: ModelSpec,
+    model: ModelSpec | str | Path,
     gpu: GpuSpec | str,
     quant: QuantFormat | str,
     kv: KvCacheFormat | str | None,
@@ -441,10 +441,21 @@ def recommend_build(
 ) -> dict[str, Any]:
     """trtllm-build limits for this model on this GPU: max_batch_size, max_num_tokens, max_input_len,
     max_seq_len, kv_cache_free_gpu_mem_fraction. Throughput: as many sequences as the KV cache holds
-    at ISL+OSL (and tokens for their prefill share); latency: a small batch, prompts in one chunk."""
-    gpu, quant, kv = _gpu(gpu), _quant(quant), _kv(kv)
-    _require_figures(gpu)
-    check_tp(model, tp)
+    at ISL+OSL (and tokens for their prefill share); latency: a small batch, prompts in one chunk.
+    Raises UnsupportedError (naming what would fit) when not even one ISL+OSL sequence fits."""
+    model = _model(model)
+    gpu, quant, kv = _resolve(model, gpu, quant, kv, tp, isl, osl)
+    build = _recommend(model, gpu, quant, kv, tp, goal, isl, osl)
+    memory = memory_plan(
+        model, gpu, quant, kv, tp, isl, osl, max_num_tokens=build["max_num_tokens"],
+        max_batch_size=build["max_batch_size"], kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
+    )
+    if not memory.fits:
+        _refuse_no_fit(model, gpu, quant, kv, tp, isl, osl)
+    return build
+
+
+def _recommend(model: ModelSpec, gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat, tp: int, goal: Goal, isl: int, osl: int) -> dict[str, Any]:
     kv_fraction = 0.95 if goal == "throughput" else DEFAULT_KV_FRACTION
     # capacity before activations: the activations this recommendation causes are small next to it
     capacity = memory_plan(model, gpu, quant, kv, tp, isl, osl, max_num_tokens=0, max_batch_size=0, kv_fraction=kv_fraction)
@@ -453,11 +464,9 @@ def recommend_build(
         max_batch_size = _batch_from_capacity(sequences)
         max_num_tokens = _tokens_for(max_batch_size, isl, osl)
     else:
-        max_batch_size = max(1, min(_batch_from_capacity(sequences), 64))
+        max_batch_size = max(1, min(sequences, 64))
         max_num_tokens = max(2048, min(_round_up(isl + max_batch_size, 256), MAX_NUM_TOKENS_CAP))
     max_seq_len = isl + osl
-    if model.max_position_embeddings:
-        max_seq_len = min(max_seq_len, int(model.max_position_embeddings))
     return {
         "max_batch_size": int(max_batch_size),
         "max_num_tokens": int(max_num_tokens),
@@ -584,16 +593,35 @@ def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl:
     return max(1, int(min(memory.max_sequences, build["max_batch_size"], max(1, token_budget))))
 
 
-def _resolve(model, gpu, quant, kv, tp):
+def _model(model: ModelSpec | str | Path) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else model_spec_from_config(model)
+
+
+def _resolve(model: ModelSpec, gpu, quant, kv, tp: int, isl: int, osl: int) -> tuple[GpuSpec, QuantFormat, KvCacheFormat]:
+    """Formats and GPU from names, with every refusal that needs no arithmetic."""
     gpu, quant, kv = _gpu(gpu), _quant(quant), _kv(kv)
     _require_figures(gpu)
     check_precision(gpu, quant, kv)
     check_tp(model, tp)
+    if isl < 1 or osl < 1:
+        raise InvalidInputError("ISL and OSL must be at least 1 token.", hint="e.g. --isl 1024 --osl 128")
+    if model.max_position_embeddings and isl + osl > model.max_position_embeddings:
+        raise InvalidInputError(
+            f"ISL+OSL = {isl + osl} exceeds {model.name}'s context window ({model.max_position_embeddings} tokens).",
+            hint=f"Keep --isl + --osl <= {model.max_position_embeddings}.",
+        )
     return gpu, quant, kv
 
 
+def _refuse_no_fit(model, gpu, quant, kv, tp, isl, osl) -> None:
+    raise UnsupportedError(
+        f"{model.name} at {quant.name} on {tp}x {gpu.key} leaves no room for one {isl + osl}-token sequence.",
+        hint=_what_fits_hint(model, gpu, quant, kv, tp, isl, osl),
+    )
+
+
 def predict(
-    model: ModelSpec,
+    model: ModelSpec | str | Path,
     gpu: GpuSpec | str,
     quant: QuantFormat | str,
     kv: KvCacheFormat | str | None,
@@ -608,21 +636,19 @@ def predict(
     """TTFT, TPOT and output tokens/s for a closed loop of `concurrency` clients (each sends its next
     request when the last one finishes), on an engine built with `build` (default: recommend_build
     for throughput)."""
-    gpu, quant, kv = _resolve(model, gpu, quant, kv, tp)
+    model = _model(model)
+    gpu, quant, kv = _resolve(model, gpu, quant, kv, tp, isl, osl)
     eff = efficiency or EFFICIENCY
-    if isl < 1 or osl < 1 or concurrency < 1:
-        raise InvalidInputError("ISL, OSL and concurrency must be at least 1.", hint="e.g. --isl 1024 --osl 128 --concurrency 8")
-    build = build or recommend_build(model, gpu, quant, kv, tp, "throughput", isl, osl)
+    if concurrency < 1:
+        raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
+    build = build or _recommend(model, gpu, quant, kv, tp, "throughput", isl, osl)
     memory = memory_plan(
         model, gpu, quant, kv, tp, isl, osl,
         max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
         kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
     )
     if not memory.fits:
-        raise UnsupportedError(
-            f"{model.name} at {quant.name} on {tp}x {gpu.key} leaves no room for one {isl + osl}-token sequence.",
-            hint=_what_fits_hint(model, gpu, quant, kv, tp, isl, osl),
-        )
+        _refuse_no_fit(model, gpu, quant, kv, tp, isl, osl)
     batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
     ttft = prefill_time(model, gpu, quant, kv, tp, isl, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step.
@@ -660,7 +686,7 @@ class ThroughputEstimate(BaseModel):
 
 
 def max_throughput(
-    model: ModelSpec,
+    model: ModelSpec | str | Path,
     gpu: GpuSpec | str,
     quant: QuantFormat | str,
     kv: KvCacheFormat | str | None,
@@ -673,19 +699,17 @@ def max_throughput(
 ) -> ThroughputEstimate:
     """Output tokens/s of an offline max-load run (trtllm-bench throughput): the batch the KV cache
     and build limits allow, each iteration carrying its share of prefill."""
-    gpu, quant, kv = _resolve(model, gpu, quant, kv, tp)
+    model = _model(model)
+    gpu, quant, kv = _resolve(model, gpu, quant, kv, tp, isl, osl)
     eff = efficiency or EFFICIENCY
-    build = build or recommend_build(model, gpu, quant, kv, tp, "throughput", isl, osl)
+    build = build or _recommend(model, gpu, quant, kv, tp, "throughput", isl, osl)
     memory = memory_plan(
         model, gpu, quant, kv, tp, isl, osl,
         max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
         kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
     )
     if not memory.fits:
-        raise UnsupportedError(
-            f"{model.name} at {quant.name} on {tp}x {gpu.key} leaves no room for one {isl + osl}-token sequence.",
-            hint=_what_fits_hint(model, gpu, quant, kv, tp, isl, osl),
-        )
+        _refuse_no_fit(model, gpu, quant, kv, tp, isl, osl)
     batch = _sustainable_batch(memory, build, isl, osl)
     step = _steady_step(model, gpu, quant, kv, tp, isl, osl, batch, eff)
     phases = {
@@ -791,8 +815,8 @@ def _what_fits_hint(model, gpu, quant, kv, tp, isl, osl) -> str:
 def plan(spec: PlanSpec) -> PlanResult:
     """Memory, build limits and predicted latency/throughput for one model/GPU/precision/TP."""
     model = model_spec_from_config(spec.model)
-    gpu, quant, kv = _resolve(model, spec.gpu, spec.quant, spec.kv_cache, spec.tp)
-    build = recommend_build(model, gpu, quant, kv, spec.tp, spec.goal, spec.isl, spec.osl)
+    gpu, quant, kv = _resolve(model, spec.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl)
+    build = _recommend(model, gpu, quant, kv, spec.tp, spec.goal, spec.isl, spec.osl)
     if spec.kv_cache_free_gpu_mem_fraction is not None:
         build = {**build, "kv_cache_free_gpu_mem_fraction": spec.kv_cache_free_gpu_mem_fraction}
     memory = memory_plan(

@@ -102,6 +102,9 @@ def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: P
     assert code == 2
     assert "--tp 2 --quant fp16" in capsys.readouterr().err
     assert P.plan(P.PlanSpec(model=config, gpu="h100", quant="fp16", tp=2, isl=1024, osl=1024)).fits
+    with pytest.raises(UnsupportedError, match="no room") as refused:  # what the build stage gets
+        P.recommend_build(config, "h100", "fp16", None, 1, "throughput", 1024, 1024)
+    assert "--tp 2 --quant fp16" in refused.value.hint
 
 
 # ---- refusals ----------------------------------------------------------------------------------------
@@ -116,6 +119,7 @@ def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: P
         (["--gpu", "h100", "--tp", "3"], "does not divide"),
         (["--gpu", "cpu"], "no memory/bandwidth/FLOP figures"),
         (["--gpu", "h100", "--goal", "fastest"], "Unknown goal"),
+        (["--gpu", "h100", "--isl", "130000", "--osl", "2000"], "context window"),
     ],
 )
 def test_cli_refusals_exit_2(args: list[str], message: str, capsys) -> None:
@@ -124,6 +128,12 @@ def test_cli_refusals_exit_2(args: list[str], message: str, capsys) -> None:
 
 
 # ---- predictions -------------------------------------------------------------------------------------
+
+
+def test_predict_takes_a_config_path_and_returns_the_bench_fields() -> None:
+    prediction = P.predict(str(FIXTURE), "h100", "fp8", "fp8", 1, 512, 128, 4)
+    assert prediction.ttft_ms > 0 and prediction.tpot_ms > 0 and prediction.output_tokens_per_s > 0
+    assert prediction.batch == 4
 
 
 def test_prefill_and_decode_behave_differently(llama8b: P.ModelSpec) -> None:
