@@ -1,0 +1,302 @@
+"""The build stage: a TensorRT-LLM engine (trtllm-build) for a GPU, or the reference runtime's engine
+folder for the CPU, at build/<model>/engines/<profile-id>/ with a manifest.
+
+Input: a TensorRT-LLM checkpoint (`pipeline convert`) for GPUs; for `--gpu cpu` the HF folder
+(`pipeline download`) or a TensorRT-LLM checkpoint whose HF source is known (its manifest, or
+build/<model>/hf beside it) -- the reference runtime serves the HF weights as they are.
+A GPU plan (`--dry-run`) may also start from an HF folder or a bare config.json with `--quant`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
+from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
+from pipeline.build.memory import Limits, MemoryEstimate, default_limits, estimate, what_would_fit
+from pipeline.build.runner import run_logged
+from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
+from pipeline.gpus import GpuSpec, get_gpu
+from pipeline.output import OUT
+from pipeline.paths import stage_dir
+from pipeline.plan import check_tp
+from pipeline.profiles import BuildProfile, Goal, check_engine_compatible
+from pipeline.quant import kv_cache_format, quant_format
+from pipeline.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
+
+__all__ = ["BuildSpec", "BuildPlan", "BuildResult", "plan_build", "build_engine", "check_engine_compatible"]
+
+BUILD_LOG = "build.log"
+
+
+class BuildSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str
+    checkpoint: Path | None = None
+    model: str | None = None
+    goal: Goal = "throughput"
+    quant: str | None = None
+    kv_cache: str | None = None
+    tp: int | None = Field(None, ge=1)
+    pp: int | None = Field(None, ge=1)
+    max_input_len: int | None = Field(None, ge=1)
+    max_seq_len: int | None = Field(None, ge=2)
+    max_batch_size: int | None = Field(None, ge=1)
+    max_num_tokens: int | None = Field(None, ge=1)
+    tokens_per_block: int | None = Field(None, ge=1)
+    gemm_plugin: str | None = None
+    force: bool = False
+
+
+class BuildPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    profile: BuildProfile
+    profile_id: str
+    profile_name: str
+    runtime: Literal["tensorrtllm", "reference"]
+    gpu: dict[str, Any]
+    checkpoint: Path
+    checkpoint_kind: Literal["trtllm", "hf"]
+    engine_dir: Path
+    limits: Limits
+    flags: list[Flag]
+    command: list[str]
+    command_line: str
+    memory: MemoryEstimate
+    inputs_hash: str
+    notes: list[str] = []
+
+
+class BuildResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    plan: BuildPlan
+    engine_dir: Path
+    cached: bool
+    duration_s: float
+    log_path: Path | None = None
+    peak_rss_mib: float | None = None
+
+
+def _resolve_checkpoint(spec: BuildSpec, gpu: GpuSpec) -> CheckpointInfo:
+    if spec.checkpoint is not None:
+        return read_checkpoint(spec.checkpoint, model=spec.model, quant=spec.quant, kv_cache=spec.kv_cache,
+                               tp=spec.tp, pp=spec.pp)
+    if not spec.model:
+        raise InvalidInputError("Nothing to build from: give --checkpoint DIR or --model NAME.",
+                                hint="e.g. `pipeline build --model demo --gpu cpu` or "
+                                "`pipeline build --checkpoint build/<model>/checkpoints/<id> --gpu h100`.")
+    if gpu.is_cpu:
+        return read_checkpoint(stage_dir(spec.model, "hf"), model=spec.model)
+    folder = find_checkpoint(spec.model, quant=spec.quant or "fp16", kv_cache=spec.kv_cache,
+                             tp=spec.tp or 1, pp=spec.pp or 1)
+    return read_checkpoint(folder, model=spec.model)
+
+
+def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointInfo, list[str]]:
+    """The reference runtime serves HF weights: find them, refuse what it would silently ignore."""
+    notes: list[str] = []
+    if spec.quant and quant_format(spec.quant).is_quantized and ckpt.kind == "hf":
+        raise UnsupportedError(
+            f"The reference runtime serves the HF weights as they are; it does not run {spec.quant}.",
+            hint="Drop --quant for --gpu cpu, or build a GPU engine from a converted checkpoint.",
+        )
+    if (spec.tp or 1) > 1 or (spec.pp or 1) > 1:
+        raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
+                               hint="Drop --tp/--pp for --gpu cpu.")
+    if ckpt.kind == "trtllm":
+        if ckpt.hf_dir is None:
+            raise InvalidInputError(
+                f"The TensorRT-LLM checkpoint {ckpt.path} does not say which HF folder it came from.",
+                hint="Pass the HF folder instead: --checkpoint build/<model>/hf.",
+            )
+        notes.append(f"reference runtime: serving the HF source {ckpt.hf_dir} "
+                     f"(the checkpoint's {ckpt.quant} quantization is not applied on the CPU)")
+    shape_source = read_checkpoint(ckpt.hf_dir or ckpt.path, model=ckpt.model)
+    if not any(shape_source.path.glob("*.safetensors")) and not any(shape_source.path.glob("*.bin")):
+        raise InvalidInputError(f"{shape_source.path} holds no weights (*.safetensors or *.bin).",
+                                hint="Run `pipeline download` for the model first.")
+    return shape_source.model_copy(update={"model": ckpt.model, "quant": "fp16", "kv_cache": "auto", "tp": 1, "pp": 1}), notes
+
+
+def plan_build(spec: BuildSpec) -> BuildPlan:
+    """Everything about a build, decided before any work: refuses what the GPU cannot run or hold."""
+    gpu = get_gpu(spec.gpu)
+    ckpt = _resolve_checkpoint(spec, gpu)
+    notes: list[str] = []
+    if gpu.is_cpu:
+        ckpt, notes = _reference_input(ckpt, spec)
+    elif ckpt.kind == "hf":
+        notes.append(f"{ckpt.path} is a Hugging Face folder: trtllm-build needs a converted checkpoint; run "
+                     f"`pipeline convert --model {ckpt.model} --quant {ckpt.quant}"
+                     f"{'' if ckpt.kv_cache == 'auto' else ' --kv-cache ' + ckpt.kv_cache} --tp {ckpt.tp} --pp {ckpt.pp}` "
+                     "and build from build/<model>/checkpoints/<id>")
+    quant, kv = quant_format(ckpt.quant), kv_cache_format(ckpt.kv_cache)
+    if not gpu.is_cpu:
+        check_buildable(gpu, quant, kv)
+    check_tp(ckpt.shape, ckpt.tp)
+    if ckpt.pp > ckpt.shape.num_layers:
+        raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
+    limits = default_limits(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal,
+                            max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
+                            max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens)
+    if gpu.is_cpu:
+        flags: list[Flag] = []
+    else:
+        flags = trtllm_flags(gpu, quant, kv, tp=ckpt.tp, pp=ckpt.pp, goal=spec.goal, limits=limits,
+                             tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
+    memory = estimate(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
+    if not memory.fits:
+        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
+        raise UnsupportedError(
+            f"{ckpt.model} ({quant.name}, KV {kv.name}, tp {ckpt.tp}, pp {ckpt.pp}) does not fit on {gpu.key}: it needs "
+            f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
+            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
+            f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
+            hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
+        )
+    if memory.low_memory:
+        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits, roomy=True)
+        notes.append(f"low memory: the KV cache holds only {memory.max_full_sequences} sequence(s) of {limits.max_seq_len} "
+                     f"tokens{'; more room with ' + ' or '.join(ideas[:3]) if ideas else ''}")
+    profile = BuildProfile(
+        model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
+        compute_capability=gpu.compute_capability, quant=quant.name, kv_cache=kv.name, tp=ckpt.tp, pp=ckpt.pp,
+        goal=spec.goal, max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len,
+        max_batch_size=limits.max_batch_size, max_num_tokens=limits.max_num_tokens,
+    )
+    engine_dir = stage_dir(ckpt.model, "engines", profile.id)
+    block = spec.tokens_per_block or 32
+    # an HF folder can only be planned: the command names where `pipeline convert` will write
+    source = ckpt.path if ckpt.kind == "trtllm" else stage_dir(ckpt.model, "checkpoints") / "<checkpoint-id>"
+    command = [] if gpu.is_cpu else trtllm_build_command(source, engine_dir, flags)
+    inputs_hash = sha256_json({
+        "profile": profile.model_dump(mode="json"),
+        "checkpoint": {"kind": ckpt.kind, "revision": ckpt.revision},
+        "flags": [f.argv() for f in flags],
+        "tokens_per_block": block if gpu.is_cpu else None,
+    })
+    return BuildPlan(
+        profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
+        gpu={"key": gpu.key, "compute_capability": gpu.compute_capability, "architecture": gpu.architecture,
+             "product_label": gpu.product_label, "memory_gib": gpu.memory_gib},
+        checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
+        engine_dir=engine_dir, limits=limits, flags=flags, command=command,
+        command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
+    )
+
+
+def _cached(engine_dir: Path, inputs_hash: str) -> bool:
+    """Same inputs and every recorded file present with its recorded size (no re-hash: fast)."""
+    if not is_up_to_date(engine_dir, inputs_hash, verify_files=False):
+        return False
+    manifest = read_manifest(engine_dir) or {}
+    for rel, meta in (manifest.get("files") or {}).items():
+        path = engine_dir / rel
+        if not path.is_file() or path.stat().st_size != meta.get("size"):
+            return False
+    return bool(manifest.get("files"))
+
+
+def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: float | None) -> dict[str, Any]:
+    return {
+        "profile": plan.profile.model_dump(mode="json"),
+        "profile_id": plan.profile_id,
+        "profile_name": plan.profile_name,
+        "runtime": plan.runtime,
+        "gpu": plan.gpu,
+        "versions": {"trtllm": TRTLLM_VERSION, "tensorrt": TENSORRT_VERSION, "triton_image": TRITON_IMAGE},
+        "checkpoint": {"path": str(plan.checkpoint), "kind": plan.checkpoint_kind, "revision": plan.profile.model_revision},
+        "limits": plan.limits.model_dump(),
+        "flags": [f.model_dump() for f in plan.flags],
+        "command": plan.command,
+        "memory_estimate": plan.memory.model_dump(),
+        "timings": timings,
+        "peak_rss_mib": peak_rss_mib,
+    }
+
+
+def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildResult:
+    from pipeline.reference_engine import write_reference_engine_dir
+
+    limits = plan.limits
+    build_config = {
+        **limits.model_dump(),
+        "max_beam_width": 1,
+        "plugin_config": {"paged_kv_cache": True, "tokens_per_block": spec.tokens_per_block or 32,
+                          "remove_input_padding": True, "context_fmha": True, "use_paged_context_fmha": True},
+    }
+    with atomic_dir(plan.engine_dir) as tmp:
+        write_reference_engine_dir(plan.checkpoint, tmp, build_config)
+        timings = {"build_s": round(time.time() - started, 3)}
+        manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
+                                  inputs_hash=plan.inputs_hash, folder=tmp, started=started,
+                                  extra=_manifest_extra(plan, timings, None))
+        write_json_atomic(tmp / "manifest.json", manifest)
+    return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3))
+
+
+def _build_trtllm(plan: BuildPlan, started: float) -> BuildResult:
+    if plan.checkpoint_kind != "trtllm":
+        raise InvalidInputError(f"trtllm-build needs a TensorRT-LLM checkpoint; {plan.checkpoint} is a Hugging Face folder.",
+                                hint=plan.notes[0] if plan.notes else "Run `pipeline convert` first.")
+    executable = shutil.which("trtllm-build")
+    if executable is None:
+        raise ToolMissingError(
+            f"trtllm-build is not installed here, so the {plan.profile_name} engine cannot be built on this machine.",
+            hint=f"It runs in the pinned image {TRITON_IMAGE} (TensorRT-LLM {TRTLLM_VERSION}) on a {plan.gpu['key']} "
+            "GPU: `make image`, then `make engine GPU=... MODEL=... QUANT=...` inside it. "
+            "Add --dry-run to see the exact command and memory estimate now.",
+        )
+    log_path = plan.engine_dir.parent / f".{plan.profile_id}.{BUILD_LOG}"
+    log_path.unlink(missing_ok=True)
+    world = plan.profile.world_size
+    with atomic_dir(plan.engine_dir) as tmp:
+        argv = trtllm_build_command(plan.checkpoint, tmp, plan.flags, executable)
+        with OUT.progress() as progress:
+            task = progress.add_task(f"trtllm-build {plan.profile_name}", total=None)
+
+            def show(line: str) -> None:
+                if line.strip():
+                    progress.update(task, description=f"trtllm-build: {line.strip()[:70]}")
+
+            result = run_logged(argv, log_path, on_line=show)
+        if result.returncode != 0:
+            raise StageFailedError(
+                f"trtllm-build exited with code {result.returncode} after {result.duration_s:.0f} s "
+                f"(peak memory {result.peak_rss_mib:.0f} MiB). Last lines of {log_path}:\n{result.log_tail(25)}",
+                hint="Fix the cause shown in the log (often out of memory: lower --max-num-tokens / --max-batch-size, "
+                "or a larger --tp) and run again.",
+            )
+        missing = [name for name in ["config.json", *(f"rank{r}.engine" for r in range(world))] if not (tmp / name).is_file()]
+        if missing:
+            raise StageFailedError(f"trtllm-build exited 0 but wrote no {', '.join(missing)} (log: {log_path}).",
+                                   hint="Check the log; the TensorRT-LLM version in this environment may differ from "
+                                   f"the pinned {TRTLLM_VERSION}.")
+        shutil.move(str(log_path), tmp / BUILD_LOG)
+        timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}
+        manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
+                                  inputs_hash=plan.inputs_hash, folder=tmp, started=started,
+                                  extra=_manifest_extra(plan, timings, result.peak_rss_mib))
+        write_json_atomic(tmp / "manifest.json", manifest)
+    return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3),
+                       log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)
+
+
+def build_engine(spec: BuildSpec) -> BuildResult:
+    """Build (or find already built) the engine the spec describes."""
+    started = time.time()
+    plan = plan_build(spec)
+    if not spec.force and _cached(plan.engine_dir, plan.inputs_hash):
+        return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=True, duration_s=round(time.time() - started, 3))
+    if plan.runtime == "reference":
+        return _build_reference(plan, spec, started)
+    return _build_trtllm(plan, started)

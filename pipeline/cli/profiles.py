@@ -1,0 +1,58 @@
+"""`pipeline profiles`: which build profiles a model can have on each GPU (like NIM's list-model-profiles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli._options import JsonOpt, set_json
+from pipeline.output import OUT, simple_table
+
+ModelSourceOpt = Annotated[str, typer.Option(
+    "--model", help="Model name under build/ (its hf/ folder), or a folder / config.json path.")]
+GpuOrAutoOpt = Annotated[Optional[str], typer.Option(
+    "--gpu", help="One GPU key, or `auto` for this machine's GPU (default: every GPU in the table).")]
+GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput (decides max_batch_size).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profiles")(profiles)
+
+
+def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "throughput",
+             json_output: JsonOpt = False) -> None:
+    """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision."""
+    from pipeline.errors import InvalidInputError
+    from pipeline.paths import stage_dir
+    from pipeline.profiles import list_profiles
+
+    set_json(json_output)
+    if goal not in ("latency", "throughput"):
+        raise InvalidInputError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
+    source = Path(model)
+    name = None
+    if not source.exists():
+        name = model
+        source = stage_dir(model, "hf")
+    gpus = None
+    if gpu:
+        if gpu == "auto":
+            from pipeline.doctor import detect_gpu_key
+
+            gpu = detect_gpu_key()
+            OUT.info(f"--gpu auto: {gpu}")
+        gpus = [gpu]
+    rows = list_profiles(source, model=name, gpus=gpus, goal=goal)
+    table = simple_table(
+        f"Build profiles for {model} ({goal})",
+        ["status", "GPU", "quant", "tp", "GiB/GPU", "KV seqs", "batch", "built", "reason / fix"],
+        [[r.status, r.gpu, r.quant, r.tp, r.weights_gib_per_gpu, r.kv_capacity_sequences, r.max_batch_size,
+          r.built or "", _short(r.reason or r.fix)] for r in rows],
+    )
+    OUT.result(rows, table=table)
+
+
+def _short(text: str, limit: int = 48) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
