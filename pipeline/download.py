@@ -3,8 +3,9 @@
 
 Sources:
 - ``hf:org/name[@revision]``: huggingface_hub ``snapshot_download`` of only what conversion needs.
-  The shared HF cache does the fetching (resumable, HF_TOKEN and HF_HUB_OFFLINE honoured by the
-  library); the files are then copied out of the cache so build/ stays self-contained.
+  The shared HF cache does the fetching (finished files are kept; HF_TOKEN, HF_HUB_OFFLINE,
+  HF_HUB_CACHE and HF_ENDPOINT honoured as set when the stage runs); the files are then copied out
+  of the cache so build/ stays self-contained.
 - ``local:PATH`` or a plain path to a checkpoint folder: validated and copied.
 - ``gguf:PATH`` (or a plain ``*.gguf`` path): dequantized through transformers and written as
   float32 safetensors (see `GGUF_DTYPE`).
@@ -316,6 +317,7 @@ def download(spec: DownloadSpec) -> DownloadResult:
     started = time.time()
     parsed = parse_source(spec.source, spec.revision)
     out = Path(spec.out).expanduser().resolve() if spec.out else stage_dir(parsed.model, "hf", root=spec.root)
+    _refuse_foreign_folder(out)
     inputs = _inputs(parsed)
     inputs_hash = sha256_json(inputs)
 
@@ -357,6 +359,15 @@ def download(spec: DownloadSpec) -> DownloadResult:
         )
         write_json_atomic(tmp / MANIFEST_NAME, manifest)
     return _result(parsed, out, manifest, skipped=False, started=started, repaired=damaged)
+
+
+def _refuse_foreign_folder(out: Path) -> None:
+    """The artifact folder is replaced as a whole: never replace one that this stage did not make."""
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and (read_manifest(out) or {}).get("stage") != "download"):
+        raise InvalidInputError(
+            f"{out} exists and was not made by `pipeline download`; it would be replaced.",
+            hint="Give --out a new or empty folder (or one an earlier download wrote).",
+        )
 
 
 def hf_dir_for(source: str, *, revision: str | None = None, root: Path | None = None) -> Path:
@@ -525,12 +536,15 @@ def _copy_verified(files: list[Path], tmp: Path) -> list[str]:
 
 
 def _snapshot(parsed: ParsedSource, *, force_download: bool, only: list[str] | None = None) -> Path:
-    """snapshot_download into the HF cache: resumable (partial blobs are continued), the token comes
-    from HF_TOKEN or `hf auth login` inside huggingface_hub (we never read, print or store it)."""
+    """snapshot_download into the HF cache. Resumable per file: finished files stay in the cache and
+    a re-run fetches only the missing ones (huggingface_hub 2.x resumes a dropped connection within
+    the process; a half-written file of a killed process starts again). The token comes from
+    HF_TOKEN or `hf auth login` inside huggingface_hub: we never read, print or store it."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
+        IncompleteSnapshotError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -566,6 +580,8 @@ def _snapshot(parsed: ParsedSource, *, force_download: bool, only: list[str] | N
             f"{where}: repository not found (or private and no valid token).",
             hint="Check the spelling; for a private repository set HF_TOKEN (or run `hf auth login`).",
         ) from None
+    except IncompleteSnapshotError as error:
+        raise InvalidInputError(f"{where}: {error}", hint=_not_cached_hint(offline)) from None
     except LocalEntryNotFoundError:
         raise InvalidInputError(_not_cached_message(repo, revision, cache, offline), hint=_not_cached_hint(offline)) from None
     except HfHubHTTPError as error:
@@ -574,7 +590,10 @@ def _snapshot(parsed: ParsedSource, *, force_download: bool, only: list[str] | N
             f"{where}: the Hub answered HTTP {status}.", hint="Try again later, or set HF_HUB_OFFLINE=1 to use the cache."
         ) from None
     except OSError as error:
-        raise StageFailedError(f"{where}: download failed: {error}.", hint="Check disk space and the network, then re-run (it resumes).") from None
+        raise StageFailedError(
+            f"{where}: download failed: {error}.",
+            hint="Check disk space and the network, then re-run (files already fetched are kept).",
+        ) from None
     return Path(folder)
 
 

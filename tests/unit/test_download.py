@@ -11,6 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -174,6 +175,11 @@ def test_out_option_writes_there(tiny_ckpt: Path, tmp_path: Path, build_root: Pa
     assert run(["download", str(tiny_ckpt), "--out", str(target)]) == 0
     assert (target / "model.safetensors").is_file() and (target / "manifest.json").is_file()
     assert not build_root.exists()
+    (tmp_path / "precious" / "notes.txt").parent.mkdir()
+    (tmp_path / "precious" / "notes.txt").write_text("keep me")
+    assert run(["download", str(tiny_ckpt), "--out", str(tmp_path / "precious")]) == 2
+    assert (tmp_path / "precious" / "notes.txt").read_text() == "keep me"
+    assert run(["download", str(tiny_ckpt), "--out", str(target), "--force"]) == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -309,24 +315,60 @@ def test_model_names_cannot_escape_build(tmp_path: Path) -> None:
 
 
 class _FakeHub:
-    """A stand-in Hub endpoint answering every request with one error, as the real Hub does
-    (status + X-Error-Code), recording the Authorization header it was sent."""
+    """A stand-in Hub endpoint on a free local port, speaking the part of the Hub's HTTP API that
+    snapshot_download uses (revision info, tree listing, resolve with ETag/X-Repo-Commit headers and
+    Range requests). With `error` set, every request gets that (status, X-Error-Code) answer, as the
+    real Hub sends for gated/missing repos and revisions. Records (method, path, Range, Authorization)."""
 
-    def __init__(self, status: int, error_code: str) -> None:
-        seen: list[str | None] = []
+    def __init__(self, repo_id: str = "", files: dict[str, bytes] | None = None, *, commit: str = COMMIT,
+                 error: tuple[int, str] | None = None) -> None:
+        files = files or {}
+        seen: list[tuple[str, str, str | None, str | None]] = []
         self.seen = seen
 
+        def etag(name: str, data: bytes) -> str:
+            return hashlib.sha256(data).hexdigest() if name.endswith(".safetensors") else _git_blob_sha1(data)
+
         class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                seen.append(self.headers.get("Authorization"))
-                body = json.dumps({"error": error_code}).encode()
+            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
-                self.send_header("X-Error-Code", error_code)
-                self.send_header("Content-Type", "application/json")
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
+
+            def _answer(self) -> None:
+                path = unquote(urlsplit(self.path).path)
+                seen.append((self.command, path, self.headers.get("Range"), self.headers.get("Authorization")))
+                if error is not None:
+                    return self._send(error[0], b'{"error": "x"}', {"X-Error-Code": error[1]})
+                if path.startswith(f"/api/models/{repo_id}/revision/"):
+                    info = {"id": repo_id, "sha": commit, "siblings": [{"rfilename": n} for n in files]}
+                    return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+                if path.startswith(f"/api/models/{repo_id}/tree/"):
+                    tree = []
+                    for name, data in files.items():
+                        entry = {"type": "file", "path": name, "size": len(data), "oid": _git_blob_sha1(data)}
+                        if name.endswith(".safetensors"):
+                            entry["lfs"] = {"oid": etag(name, data), "size": len(data), "pointerSize": 134}
+                        tree.append(entry)
+                    return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"})
+                prefix = f"/{repo_id}/resolve/{commit}/"
+                name = path[len(prefix):] if path.startswith(prefix) else ""
+                if name not in files:
+                    return self._send(404, b"{}", {"X-Error-Code": "EntryNotFound"})
+                data = files[name]
+                headers = {"X-Repo-Commit": commit, "ETag": f'"{etag(name, data)}"', "Accept-Ranges": "bytes"}
+                if name.endswith(".safetensors"):
+                    headers |= {"X-Linked-Etag": f'"{etag(name, data)}"', "X-Linked-Size": str(len(data))}
+                wanted = self.headers.get("Range")
+                if wanted and self.command == "GET":
+                    start = int(wanted.split("=")[1].split("-")[0])
+                    headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+                    return self._send(206, data[start:], headers)
+                return self._send(200, data, headers)
 
             do_GET = do_HEAD = _answer
 
@@ -336,6 +378,9 @@ class _FakeHub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def fetched(self) -> set[str]:
+        return {path.rsplit("/", 1)[-1] for method, path, _, _ in self.seen if method == "GET" and "/resolve/" in path}
 
     def __enter__(self) -> "_FakeHub":
         self.thread.start()
@@ -347,6 +392,81 @@ class _FakeHub:
         self.thread.join(timeout=5)
 
 
+@pytest.fixture()
+def online(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Online mode (whatever the outer environment says) with an empty HF cache; returns the cache."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    cache = tmp_path / "online-cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def _repo_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_hub_online_fetches_only_what_conversion_needs(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
+    with _FakeHub("tiny-org/Tiny-Llama", _repo_files(tiny_ckpt)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, result, _ = _json_run(["download", "hf:tiny-org/Tiny-Llama"], capsys)
+    assert code == 0 and result["commit"] == COMMIT and result["skipped"] is False
+    assert "model.safetensors" in hub.fetched() and not hub.fetched() & {"README.md", "pytorch_model.bin"}
+    manifest = _assert_manifest_matches_files(build_root / "tiny-llama" / "hf")
+    assert manifest["commit"] == COMMIT and set(manifest["files"]) == hub.fetched()
+    assert (online / "models--tiny-org--Tiny-Llama" / "refs" / "main").read_text() == COMMIT
+
+
+def test_interrupted_hub_download_fetches_only_what_is_missing(
+    online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch
+) -> None:
+    """An interrupted run leaves finished files in the HF cache; the next run downloads only the rest.
+    (huggingface_hub 2.x restarts a half-written file from zero in a new process: it writes to
+    process-unique temporary files; within one process it resumes a dropped connection by Range.)"""
+    files = _repo_files(tiny_ckpt)
+    partial = tiny_ckpt.parent / "partial-copy"
+    partial.mkdir(exist_ok=True)
+    for name in ("config.json", "tokenizer.json"):
+        (partial / name).write_bytes(files[name])
+    make_hub_cache(online, "tiny-org/Tiny-Llama", partial, {"main": COMMIT})
+    with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))
+    assert "model.safetensors" in hub.fetched() and not hub.fetched() & {"config.json", "tokenizer.json"}
+    assert (result.path / "model.safetensors").read_bytes() == files["model.safetensors"]
+    assert (result.path / "config.json").read_bytes() == files["config.json"]
+
+
+def test_incomplete_cached_snapshot_offline_is_refused(
+    online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch, capsys
+) -> None:
+    with _FakeHub("tiny-org/Tiny-Llama", _repo_files(tiny_ckpt)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))  # also caches the tree listing
+    (online / "models--tiny-org--Tiny-Llama" / "snapshots" / COMMIT / "model.safetensors").unlink()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    err = _refused(["download", "hf:tiny-org/Tiny-Llama", "--force"], capsys)
+    assert "is incomplete" in err and "model.safetensors" in err and "Unset HF_HUB_OFFLINE" in err
+    assert (build_root / "tiny-llama" / "hf" / "model.safetensors").is_file()  # the good artifact stays
+
+
+def test_corrupt_cache_blob_is_downloaded_again_online(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
+    files = _repo_files(tiny_ckpt)
+    make_hub_cache(online, "tiny-org/Tiny-Llama", tiny_ckpt, {"main": COMMIT})
+    blob = (online / "models--tiny-org--Tiny-Llama" / "snapshots" / COMMIT / "model.safetensors").resolve()
+    blob.write_bytes(b"\0" * blob.stat().st_size)
+    with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))
+    assert "cached file(s) corrupt (model.safetensors)" in capsys.readouterr().err
+    assert hub.fetched() == {"model.safetensors"}
+    assert (result.path / "model.safetensors").read_bytes() == files["model.safetensors"]
+
+
 @pytest.mark.parametrize(
     ("status", "error_code", "expected"),
     [
@@ -356,22 +476,24 @@ class _FakeHub:
     ],
 )
 def test_hub_errors_are_mapped(
-    status: int, error_code: str, expected: str, tmp_path: Path, build_root: Path, monkeypatch, capsys
+    status: int, error_code: str, expected: str, online: Path, build_root: Path, monkeypatch, capsys
 ) -> None:
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    with _FakeHub(status, error_code) as hub:
+    with _FakeHub(error=(status, error_code)) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         err = _refused(["download", "hf:gated-org/Gated-Model@v9"], capsys)
     assert expected in err
-    assert f"Bearer {SECRET}" in hub.seen  # HF_TOKEN was honoured ...
+    assert f"Bearer {SECRET}" in {auth for *_, auth in hub.seen}  # HF_TOKEN was honoured ...
     assert SECRET not in err  # ... and never printed
     assert not build_root.exists()
+
+
+def test_gated_repo_without_token(online: Path, build_root: Path, monkeypatch, capsys) -> None:
+    with _FakeHub(error=(401, "GatedRepo")) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        err = _refused(["download", "hf:gated-org/Gated-Model"], capsys)
+    assert "hf:gated-org/Gated-Model is gated" in err and "set HF_TOKEN" in err
+    assert f"Bearer {SECRET}" not in {auth for *_, auth in hub.seen}
 
 
 def test_allow_patterns_cover_conversion_inputs() -> None:
