@@ -76,6 +76,9 @@ def load_hf_model(hf_dir: Path | str, dtype: str = "float16") -> tuple[Any, Any]
     The tokenizer pads on the left and falls back to the EOS token for padding.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     folder = Path(hf_dir)
     if not (folder / "config.json").is_file():
@@ -112,20 +115,28 @@ def _quantized_linears(model: Any) -> list[tuple[str, Any]]:
 
 
 def awq_block_size(model: Any, tp: int = 1) -> int:
-    """128 when every quantized in-feature (per tensor-parallel rank) divides by 128, else 64, else an error."""
-    in_features = {}
-    for name, module in _quantized_linears(model):
-        features = module.in_features
-        if name.rsplit(".", 1)[-1] in _ROW_PARALLEL:
-            features = features // tp if features % tp == 0 else features / tp
-        in_features[name] = features
+    """AWQ block size for a loaded model (see `choose_awq_block`)."""
+    return choose_awq_block({name: module.in_features for name, module in _quantized_linears(model)}, tp)
+
+
+def choose_awq_block(in_features: dict[str, int], tp: int = 1) -> int:
+    """128 when every quantized in-feature divides by 128, else 64, else an UnsupportedError.
+
+    in_features maps a linear layer's name to its full in-feature count. Row-parallel layers
+    (o_proj, down_proj, ...) are split across tensor-parallel ranks, so their per-rank share counts.
+    """
+    per_rank: dict[str, float] = {}
+    for name, features in in_features.items():
+        row_parallel = name.rsplit(".", 1)[-1] in _ROW_PARALLEL
+        per_rank[name] = features / tp if row_parallel else features
     for block in AWQ_BLOCK_SIZES:
-        if all(isinstance(f, int) and f % block == 0 for f in in_features.values()):
+        if all(float(f).is_integer() and int(f) % block == 0 for f in per_rank.values()):
             return block
-    bad = sorted({str(f) for f in in_features.values() if not (isinstance(f, int) and f % AWQ_BLOCK_SIZES[-1] == 0)})
+    smallest = AWQ_BLOCK_SIZES[-1]
+    bad = sorted({f"{f:g}" for f in per_rank.values() if not (float(f).is_integer() and int(f) % smallest == 0)})
     raise UnsupportedError(
-        f"AWQ needs every quantized in-feature (per tensor-parallel rank) to divide by {' or '.join(map(str, AWQ_BLOCK_SIZES))}; "
-        f"this model has in-features {', '.join(bad)} at tp={tp}.",
+        f"INT4 AWQ needs every quantized in-feature (per tensor-parallel rank) to divide by "
+        f"{' or '.join(map(str, AWQ_BLOCK_SIZES))}; this model has in-features {', '.join(bad)} at tp={tp}.",
         hint="Use int8_wo, int8_sq or fp8 for this model, or a tp size that keeps the split in-features a multiple of 64.",
     )
 

@@ -1,0 +1,76 @@
+"""`pipeline convert`: an HF checkpoint (or download source) into a TensorRT-LLM checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.calibration import DEFAULT_CALIB_SIZE
+from pipeline.cli._options import ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
+from pipeline.errors import InvalidInputError
+from pipeline.output import OUT
+
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", help="HF checkpoint folder, or a download source: hf:org/name, local:PATH, gguf:FILE, demo."),
+]
+OptionalGpuOpt = Annotated[
+    Optional[str],
+    typer.Option("--gpu", help="GPU key from `pipeline gpus`: refuses a precision it cannot run (default: no check)."),
+]
+CalibDataOpt = Annotated[
+    Optional[Path],
+    typer.Option("--calib-data", help="Calibration .txt (one sample per line), .jsonl (`text` field) or dataset folder "
+                 "(default: the shipped set)."),
+]
+CalibSizeOpt = Annotated[int, typer.Option("--calib-size", min=1, help="Number of calibration samples to use.")]
+DtypeOpt = Annotated[
+    Optional[str], typer.Option("--dtype", help="float16 or bfloat16: unquantized layers and activations (default float16).")
+]
+
+_DTYPES = ("float16", "bfloat16")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("convert")(convert)
+
+
+def convert(
+    model: ModelOpt,
+    quant: QuantOpt = "fp16",
+    kv_cache: KvCacheOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    gpu: OptionalGpuOpt = None,
+    calib_data: CalibDataOpt = None,
+    calib_size: CalibSizeOpt = DEFAULT_CALIB_SIZE,
+    dtype: DtypeOpt = None,
+    force: ForceOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Quantize with NVIDIA ModelOpt and export a TensorRT-LLM checkpoint to build/<model>/checkpoints/<id>/.
+
+    Same inputs again is a no-op; --force redoes it.
+    """
+    set_json(json_output)
+    if dtype is not None and dtype not in _DTYPES:
+        raise InvalidInputError(f"Unknown --dtype {dtype!r}.", hint=f"Use one of: {', '.join(_DTYPES)}.")
+    from pipeline.convert import ConvertSpec, convert as run_convert
+
+    spec = ConvertSpec(
+        model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
+        calib_size=calib_size, dtype=dtype, force=force,  # type: ignore[arg-type]
+    )
+    result = run_convert(spec)
+    if result.skipped:
+        OUT.info(f"up to date: {result.path} (same inputs, files intact; --force redoes it)")
+    verb = "kept" if result.skipped else "wrote"
+    algo = result.quant_algo or result.dtype
+    kv = f", KV {result.kv_cache_quant_algo}" if result.kv_cache_quant_algo else ""
+    OUT.result(
+        result,
+        text=f"{verb} {result.model}/{result.ckpt_id}: {algo}{kv}, {result.ranks} rank file(s), "
+        f"{result.bytes / (1 << 20):.1f} MiB in {result.duration_s:.1f} s -> {result.path}",
+    )

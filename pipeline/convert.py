@@ -1,0 +1,464 @@
+"""The convert stage: a Hugging Face checkpoint becomes a TensorRT-LLM checkpoint
+(`build/<model>/checkpoints/<ckpt-id>/`: config.json, one rank<N>.safetensors per tp x pp rank,
+manifest.json), quantized with NVIDIA ModelOpt and written by ModelOpt's
+`export_tensorrt_llm_checkpoint`, the same path as TensorRT-LLM's own quantize script.
+
+Everything that can be refused is refused before the model is loaded: an unknown GPU, a precision
+the GPU cannot run, a dtype that contradicts the format, tp/pp that do not split the model, an
+architecture the export does not support, a missing or unreadable checkpoint, empty calibration
+data, an AWQ block size the model cannot use. The same inputs again are a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import resource
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.artifacts import MANIFEST_NAME, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.calibration import DEFAULT_CALIB_SIZE, CalibrationSet, load_calibration
+from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
+from pipeline.gpus import check_precision, get_gpu
+from pipeline.output import OUT
+from pipeline.paths import stage_dir
+from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+
+Dtype = Literal["float16", "bfloat16"]
+
+# Bump when what convert writes changes, so existing checkpoints are made again.
+CONVERTER_VERSION = 1
+
+# HF architectures ModelOpt's TensorRT-LLM export handles as plain decoder-only models, with the
+# decoder type it is given, restricted to those TensorRT-LLM 1.1 builds with trtllm-build.
+# Only LlamaForCausalLM is exercised by our tests (the demo model); the rest follow ModelOpt's
+# `MODEL_NAME_TO_TYPE` and TensorRT-LLM's model map.
+SUPPORTED_ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "MixtralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Phi3ForCausalLM": "phi3",
+    "GPT2LMHeadModel": "gpt",
+}
+
+_PACKAGES = ("nvidia-modelopt", "torch", "transformers", "safetensors")
+
+
+class ConvertSpec(BaseModel):
+    """What to convert and how. `root` is the build/ root (default: pipeline.paths.build_root())."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="an HF checkpoint folder, or a download source (hf:, local:, gguf:, demo)")
+    quant: str = "fp16"
+    kv_cache: Optional[str] = None
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    gpu: Optional[str] = None
+    calib_data: Optional[Path] = None
+    calib_size: int = Field(DEFAULT_CALIB_SIZE, ge=1)
+    calib_batch_size: int = Field(4, ge=1)
+    calib_max_len: int = Field(256, ge=8)
+    dtype: Optional[Dtype] = None
+    force: bool = False
+    root: Optional[Path] = None
+
+
+class ConvertResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    ckpt_id: str
+    path: Path
+    hf_dir: Path
+    quant: str
+    kv_cache: str
+    tp: int
+    pp: int
+    dtype: str
+    quant_algo: Optional[str]
+    kv_cache_quant_algo: Optional[str]
+    ranks: int
+    bytes: int
+    calibration: Optional[dict[str, Any]]
+    skipped: bool  # True when an identical, intact checkpoint was already there
+    duration_s: float
+    peak_rss_mb: Optional[float] = None
+
+
+class _Plan(BaseModel):
+    """Everything decided before any work: validated formats, source and identity."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    fmt: QuantFormat
+    kv: KvCacheFormat
+    dtype: Dtype
+    hf_dir: Path
+    model: str
+    decoder_type: str
+    hf_config: dict[str, Any]
+    calibration: Optional[CalibrationSet]
+    awq_block: Optional[int]
+    inputs: dict[str, Any]
+    inputs_hash: str
+    ckpt_id: str
+    out: Path
+
+
+def convert(spec: ConvertSpec) -> ConvertResult:
+    """Quantize and export spec.model to build/<model>/checkpoints/<ckpt-id>/; a no-op when an
+    identical intact checkpoint exists (unless spec.force)."""
+    started = time.time()
+    plan = plan_convert(spec)
+    if not spec.force and is_up_to_date(plan.out, plan.inputs_hash):
+        return _result(plan, read_manifest(plan.out) or {}, skipped=True, started=started)
+
+    OUT.info(f"convert: {plan.hf_dir} -> {plan.out} ({plan.fmt.name}, KV {plan.kv.name}, tp {spec.tp}, pp {spec.pp}, {plan.dtype})")
+    captured = io.StringIO()
+    with atomic_dir(plan.out) as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            timings = _quantize_and_export(plan, spec, tmp, captured)
+        except (RuntimeError, ValueError, AssertionError, NotImplementedError, KeyError) as error:
+            tail = captured.getvalue().strip().splitlines()[-5:]
+            raise StageFailedError(
+                f"ModelOpt could not convert {plan.model} to {plan.fmt.name}: {type(error).__name__}: {error}",
+                hint="Re-run with --debug for the traceback" + (f"; ModelOpt said: {' | '.join(tail)}" if tail else "."),
+            ) from error
+        config = _finish_config(tmp / "config.json", plan)
+        manifest = build_manifest(
+            stage="convert",
+            inputs=plan.inputs,
+            inputs_hash=plan.inputs_hash,
+            folder=tmp,
+            started=started,
+            packages=_PACKAGES,
+            extra={
+                "model": plan.model,
+                "ckpt_id": plan.ckpt_id,
+                "hf_dir": str(plan.hf_dir),
+                "quant": plan.fmt.name,
+                "kv_cache": plan.kv.name,
+                "tp": spec.tp,
+                "pp": spec.pp,
+                "dtype": plan.dtype,
+                "quant_algo": config["quantization"].get("quant_algo"),
+                "kv_cache_quant_algo": config["quantization"].get("kv_cache_quant_algo"),
+                "decoder_type": plan.decoder_type,
+                "awq_block_size": plan.awq_block,
+                "calibration": plan.calibration.summary() if plan.calibration else None,
+                "timings_s": timings,
+                "peak_rss_mb": peak_rss_mb(),
+                "modelopt_warnings": _warnings_worth_keeping(caught),
+            },
+        )
+        write_json_atomic(tmp / MANIFEST_NAME, manifest)
+    return _result(plan, manifest, skipped=False, started=started)
+
+
+def plan_convert(spec: ConvertSpec) -> _Plan:
+    """Validate everything and decide the checkpoint's identity, without loading the model.
+
+    A download source is fetched (or found already fetched) here; that is the download stage's own
+    no-op-or-work."""
+    fmt = quant_format(spec.quant)
+    kv = kv_cache_format(spec.kv_cache)
+    if spec.gpu is not None:
+        check_precision(get_gpu(spec.gpu), fmt, kv)
+    dtype = _resolve_dtype(fmt, spec.dtype)
+    calibration = None
+    if fmt.needs_calibration or kv.kv_cache_quant_algo is not None:
+        calibration = load_calibration(spec.calib_data, spec.calib_size)
+    elif spec.calib_data is not None:
+        load_calibration(spec.calib_data, spec.calib_size)  # still refuse a bad file the user named
+        OUT.info(f"convert: {fmt.name} needs no calibration; --calib-data is not used.")
+
+    hf_dir, model = _resolve_source(spec)
+    hf_config = _read_hf_config(hf_dir)
+    decoder_type = _check_architecture(hf_config, hf_dir)
+    _check_parallel(hf_config, spec.tp, spec.pp)
+    awq_block = None
+    if "awq" in fmt.name:
+        from pipeline.quantize import choose_awq_block
+
+        awq_block = choose_awq_block(_linear_in_features(hf_config), spec.tp)
+
+    from pipeline.build.checkpoint import source_revision
+
+    inputs = {
+        "source_hash": source_revision(hf_dir),
+        "quant": fmt.name,
+        "kv_cache": kv.name,
+        "tp": spec.tp,
+        "pp": spec.pp,
+        "dtype": dtype,
+        "calibration": (
+            {"sha256": calibration.sha256, "size": calibration.size, "batch_size": spec.calib_batch_size,
+             "max_len": spec.calib_max_len}
+            if calibration else None
+        ),
+        "awq_block_size": awq_block,
+        "converter": CONVERTER_VERSION,
+        "modelopt": _package_version("nvidia-modelopt"),
+    }
+    inputs_hash = sha256_json(inputs)
+    ckpt_id = checkpoint_id(fmt.name, kv.name, spec.tp, spec.pp, inputs_hash)
+    out = stage_dir(model, "checkpoints", ckpt_id, root=spec.root)
+    return _Plan(
+        fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config,
+        calibration=calibration, awq_block=awq_block, inputs=inputs, inputs_hash=inputs_hash, ckpt_id=ckpt_id, out=out,
+    )
+
+
+def checkpoint_id(quant: str, kv_cache: str, tp: int, pp: int, inputs_hash: str) -> str:
+    """Readable and unique: e.g. `fp8-kvfp8-tp1-1a2b3c4d`, `int4_awq-tp2-pp2-…`."""
+    kv = "" if kv_cache == "auto" else f"-kv{kv_cache}"
+    pp_part = "" if pp == 1 else f"-pp{pp}"
+    return f"{quant}{kv}-tp{tp}{pp_part}-{inputs_hash[:8]}"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks
+
+
+def _resolve_dtype(fmt: QuantFormat, asked: Optional[str]) -> Dtype:
+    implied = {"fp16": "float16", "bf16": "bfloat16"}.get(fmt.name)
+    if implied and asked and asked != implied:
+        raise InvalidInputError(
+            f"--quant {fmt.name} means {implied} weights, but --dtype {asked} was given.",
+            hint=f"Drop --dtype, or use --quant {'bf16' if asked == 'bfloat16' else 'fp16'}.",
+        )
+    return implied or asked or "float16"  # type: ignore[return-value]
+
+
+def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
+    """(HF folder, model name): a folder is used in place; anything else goes through download."""
+    from pipeline.build.checkpoint import model_name_for
+    from pipeline.download import DownloadSpec, _check_checkpoint_folder, download
+
+    candidate = Path(spec.model).expanduser()
+    if candidate.is_dir():
+        _check_checkpoint_folder(candidate)
+        return candidate.resolve(), model_name_for(candidate)
+    result = download(DownloadSpec(source=spec.model, root=spec.root))
+    return Path(result.path), result.model
+
+
+def _read_hf_config(hf_dir: Path) -> dict[str, Any]:
+    path = hf_dir / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InvalidInputError(f"Cannot read {path}: {error}.", hint="Re-run `pipeline download --force`.") from None
+    if not isinstance(config, dict):
+        raise InvalidInputError(f"{path} is not a JSON object.", hint="Re-run `pipeline download --force`.")
+    return config
+
+
+def _check_architecture(config: dict[str, Any], hf_dir: Path) -> str:
+    architectures = config.get("architectures") or []
+    arch = architectures[0] if architectures else _causal_lm_class(config.get("model_type"))
+    if arch not in SUPPORTED_ARCHITECTURES:
+        shown = arch or f"(none; model_type {config.get('model_type')!r})"
+        raise UnsupportedError(
+            f"Architecture {shown} of {hf_dir} is not supported by ModelOpt's TensorRT-LLM export in this pipeline.",
+            hint=f"Supported: {', '.join(SUPPORTED_ARCHITECTURES)}.",
+        )
+    return SUPPORTED_ARCHITECTURES[arch]
+
+
+def _causal_lm_class(model_type: Any) -> Optional[str]:
+    """The transformers causal-LM class for a model_type (configs written from GGUF lack `architectures`)."""
+    if not isinstance(model_type, str):
+        return None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+
+
+def _check_parallel(config: dict[str, Any], tp: int, pp: int) -> None:
+    heads = int(config.get("num_attention_heads") or 0)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    layers = int(config.get("num_hidden_layers") or 0)
+
+    def divisors(n: int) -> str:
+        return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+    if heads and heads % tp:
+        raise InvalidInputError(
+            f"--tp {tp} does not divide the model's {heads} attention heads.",
+            hint=f"Use a tp size that divides both {heads} attention heads and {kv_heads} KV heads: "
+            f"{', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0 and kv_heads % d == 0)}.",
+        )
+    if kv_heads and kv_heads % tp:
+        raise InvalidInputError(
+            f"--tp {tp} does not divide the model's {kv_heads} KV heads (grouped-query attention).",
+            hint=f"Use a tp size that divides {kv_heads}: {divisors(kv_heads)}.",
+        )
+    if layers and pp > layers:
+        raise InvalidInputError(
+            f"--pp {pp} is more than the model's {layers} layers.", hint=f"Use --pp {layers} or less."
+        )
+
+
+def _linear_in_features(config: dict[str, Any]) -> dict[str, int]:
+    """In-features of one decoder layer's quantized linears, from the HF config (Llama-style names)."""
+    hidden = int(config["hidden_size"])
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    intermediate = int(config.get("intermediate_size") or 4 * hidden)
+    return {
+        "self_attn.q_proj": hidden, "self_attn.k_proj": hidden, "self_attn.v_proj": hidden,
+        "self_attn.o_proj": heads * head_dim, "mlp.gate_proj": hidden, "mlp.up_proj": hidden,
+        "mlp.down_proj": intermediate,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Work
+
+
+def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io.StringIO) -> dict[str, float]:
+    """Load, quantize (with a progress bar over calibration batches) and export into tmp.
+
+    ModelOpt prints to stdout; that goes into `captured` so --json output stays clean."""
+    from pipeline.quantize import calibration_steps, load_hf_model, quantize_model, torch_dtype
+
+    timings: dict[str, float] = {}
+    texts = list(plan.calibration.texts) if plan.calibration else []
+    steps = calibration_steps(plan.fmt, plan.kv, len(texts), spec.calib_batch_size)
+    with OUT.progress() as progress, contextlib.redirect_stdout(captured):
+        task = progress.add_task("load", total=None)
+        mark = time.time()
+        model, tokenizer = load_hf_model(plan.hf_dir, plan.dtype)
+        timings["load"] = round(time.time() - mark, 3)
+
+        progress.update(task, description=f"calibrate {plan.fmt.name}", total=steps or None, completed=0)
+        done = {"n": 0}
+
+        def advance(_index: int, _total: int) -> None:
+            done["n"] += 1
+            progress.update(task, completed=done["n"], total=max(steps, done["n"]))
+
+        mark = time.time()
+        model = quantize_model(
+            model, tokenizer, plan.fmt, plan.kv, texts,
+            batch_size=spec.calib_batch_size, max_len=spec.calib_max_len, tp=spec.tp, progress=advance,
+        )
+        timings["quantize"] = round(time.time() - mark, 3)
+
+        progress.update(task, description=f"export tp{spec.tp} pp{spec.pp}", total=None)
+        mark = time.time()
+        import torch
+        from modelopt.torch.export import export_tensorrt_llm_checkpoint
+
+        with torch.inference_mode():
+            export_tensorrt_llm_checkpoint(
+                model, plan.decoder_type, torch_dtype(plan.dtype), export_dir=tmp,
+                inference_tensor_parallel=spec.tp, inference_pipeline_parallel=spec.pp,
+            )
+        timings["export"] = round(time.time() - mark, 3)
+        progress.update(task, description="done", total=1, completed=1)
+    del model
+    expected = spec.tp * spec.pp
+    ranks = sorted(tmp.glob("rank*.safetensors"))
+    if len(ranks) != expected or not (tmp / "config.json").is_file():
+        raise StageFailedError(
+            f"ModelOpt wrote {len(ranks)} rank files (expected {expected}) and "
+            f"{'a' if (tmp / 'config.json').is_file() else 'no'} config.json.",
+            hint="Re-run with --debug; this is a ModelOpt export problem.",
+        )
+    return timings
+
+
+def _finish_config(path: Path, plan: _Plan) -> dict[str, Any]:
+    """Fill what ModelOpt's export leaves out when TensorRT-LLM itself is not installed.
+
+    - int4_wo: ModelOpt has no TensorRT-LLM export for per-channel INT4 weight-only, so (as
+      TensorRT-LLM's quantize script does) the weights stay 16-bit and quant_algo says W4A16;
+      trtllm-build quantizes them when it loads the checkpoint.
+    - rotary_base / rotary_scaling: transformers 5 moved rope_theta into `rope_parameters`, which
+      ModelOpt's manual config path does not read, so TensorRT-LLM would fall back to 10000.
+    - a 16-bit format with no KV quantization has quant_algo and kv_cache_quant_algo null.
+    """
+    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
+
+    config = json.loads(path.read_text(encoding="utf-8"))
+    quantization = config.setdefault("quantization", {})
+    if plan.fmt.name in WEIGHTS_PACKED_AT_BUILD:
+        quantization["quant_algo"] = WEIGHTS_PACKED_AT_BUILD[plan.fmt.name]
+    elif not plan.fmt.is_quantized:
+        quantization["quant_algo"] = None
+    if plan.kv.kv_cache_quant_algo is None:
+        quantization["kv_cache_quant_algo"] = None
+    rope = plan.hf_config.get("rope_parameters") or {}
+    theta = plan.hf_config.get("rope_theta") or rope.get("rope_theta")
+    if theta and "rotary_base" not in config:
+        config["rotary_base"] = float(theta)
+    scaling = plan.hf_config.get("rope_scaling") or (
+        {k: v for k, v in rope.items() if k != "rope_theta"} if rope.get("rope_type", "default") != "default" else None
+    )
+    if scaling and "rotary_scaling" not in config:
+        scaling = dict(scaling)
+        scaling.setdefault("type", scaling.get("rope_type"))
+        config["rotary_scaling"] = scaling
+    write_json_atomic(path, config)
+    return config
+
+
+def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: float) -> ConvertResult:
+    files = manifest.get("files") or {}
+    return ConvertResult(
+        model=plan.model,
+        ckpt_id=plan.ckpt_id,
+        path=plan.out,
+        hf_dir=plan.hf_dir,
+        quant=plan.fmt.name,
+        kv_cache=plan.kv.name,
+        tp=int(plan.inputs["tp"]),
+        pp=int(plan.inputs["pp"]),
+        dtype=plan.dtype,
+        quant_algo=manifest.get("quant_algo"),
+        kv_cache_quant_algo=manifest.get("kv_cache_quant_algo"),
+        ranks=sum(1 for name in files if name.startswith("rank") and name.endswith(".safetensors")),
+        bytes=sum(int(meta.get("size", 0)) for meta in files.values()),
+        calibration=plan.calibration.summary() if plan.calibration else None,
+        skipped=skipped,
+        duration_s=round(time.time() - started, 3),
+        peak_rss_mb=None if skipped else manifest.get("peak_rss_mb"),
+    )
+
+
+# Warnings that say nothing about this checkpoint: ModelOpt warns "Enable lm_head quantization"
+# whenever the lm_head's (disabled) quantizers exist; torch warns about its own deprecations.
+_NOISE = ("Enable lm_head quantization", "torch.jit")
+
+
+def _warnings_worth_keeping(caught: list[warnings.WarningMessage]) -> list[str]:
+    messages = {str(w.message).strip().splitlines()[0][:200] for w in caught}
+    return sorted(m for m in messages if m and not any(noise in m for noise in _NOISE))
+
+
+def _package_version(name: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
