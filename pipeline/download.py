@@ -38,6 +38,7 @@ from pipeline.artifacts import (
     file_inventory,
     is_up_to_date,
     read_manifest,
+    sha256_file,
     sha256_json,
     write_json_atomic,
 )
@@ -520,8 +521,6 @@ def _copy_snapshot(parsed: ParsedSource, snapshot: Path, tmp: Path) -> dict[str,
 def _copy_verified(files: list[Path], tmp: Path) -> list[str]:
     """Copy cache files (resolving symlinks); return names whose content does not match their LFS
     blob name (the sha256 of the content for large files)."""
-    from pipeline.artifacts import sha256_file
-
     bad = []
     with OUT.progress() as progress:
         task = progress.add_task("copy from HF cache", total=len(files))
