@@ -1,0 +1,19 @@
+"""`pipeline bench`: latency and throughput of a served model through tritonclient's asyncio gRPC streaming.
+
+One room per concern:
+  spec.py       BenchSpec (the frozen options), distributions, SLO parsing
+  workload.py   prompts with exact token lengths, or a JSONL dataset; the tokenizer
+  transport.py  one streamed request over tritonclient.grpc.aio (and the Transport protocol fakes follow)
+  runner.py     load generation: concurrency sweep or request rate, bounded by count/duration, warm-up
+  metrics.py    per-request TTFT/TPOT/latency, per-level throughput, Prometheus scrape and diff
+  stats.py      mean/min/max/std/percentiles
+  diagnosis.py  operator hints, each naming the measurement it comes from
+  gates.py      SLO gates
+  report.py     JSON, CSV and Markdown; plots.py the PNGs
+  session.py    run_bench(spec): all of the above in order
+"""
+
+from pipeline.bench.spec import BenchSpec, Dist, Slo, parse_slo
+from pipeline.bench.session import BenchResult, run_bench
+
+__all__ = ["BenchSpec", "Dist", "Slo", "parse_slo", "BenchResult", "run_bench"]

@@ -1,0 +1,271 @@
+"""run_bench(spec): ask the server about the model, build the workload, warm up, run each level
+with the metrics endpoint scraped around it, count tokens, summarise, diagnose, gate, report."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.bench import metrics as M
+from pipeline.bench.diagnosis import Hint, diagnose
+from pipeline.bench.gates import GateResult, check_gates
+from pipeline.bench.runner import LevelRun, Load, RequestRecord, Runner
+from pipeline.bench.spec import BenchSpec, Dist
+from pipeline.bench.stats import linear_fit
+from pipeline.bench.transport import ModelInfo, Transport, TritonTransport, model_info
+from pipeline.bench.workload import (BenchRequest, count_tokens, cycle, dataset_requests, load_tokenizer,
+                                     synthetic_requests)
+from pipeline.errors import InvalidInputError
+from pipeline.paths import build_root, model_slug
+
+SCRAPE_EVERY_S = 1.0
+DURATION_POOL = 256  # distinct prompts cycled through when a level is bounded by duration only
+
+
+@dataclass
+class BenchResult:
+    spec: BenchSpec
+    served_model: str
+    tokenizer_dir: Path | None
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[list[M.RequestMetrics]] = field(default_factory=list)
+    servers: list[dict[str, Any] | None] = field(default_factory=list)
+    prefill_decode: dict[str, Any] | None = None
+    hints: list[Hint] = field(default_factory=list)
+    gates: list[GateResult] = field(default_factory=list)
+    prediction: list[dict[str, Any]] | None = None
+    out_dir: Path | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def failed_gates(self) -> list[GateResult]:
+        return [g for g in self.gates if not g.passed]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec, "served_model": self.served_model, "tokenizer_dir": self.tokenizer_dir,
+            "levels": [{**lv, "per_request": reqs} for lv, reqs in zip(self.levels, self.requests)],
+            "server": self.servers, "prefill_decode": self.prefill_decode, "diagnosis": self.hints,
+            "slo": self.gates, "prediction": self.prediction, "files": self.files,
+        }
+
+
+def default_metrics_url(url: str) -> str | None:
+    """Triton's default metrics port only when the gRPC port is Triton's default too."""
+    host, _, port = url.rpartition(":")
+    return f"http://{host or '127.0.0.1'}:8002/metrics" if port == "8001" else None
+
+
+def resolve_tokenizer(spec: BenchSpec, info: ModelInfo) -> Path:
+    path = spec.tokenizer or info.tokenizer_dir
+    if path is None or not Path(path).is_dir():
+        found = f" (the server's preprocessing says {info.tokenizer_dir}, which is not a folder here)" if info.tokenizer_dir else ""
+        raise InvalidInputError(f"No tokenizer for {info.name!r}{found}.",
+                                hint="Pass --tokenizer DIR: the served model's Hugging Face folder; ISL/OSL are counted with it.")
+    return Path(path)
+
+
+def plan_loads(spec: BenchSpec) -> list[Load]:
+    if spec.rate:
+        return [Load(rate=r, arrival=spec.arrival, requests=spec.level_requests(max(1, math.ceil(r))),
+                     duration_s=spec.duration_s) for r in spec.rate]
+    return [Load(concurrency=c, requests=spec.level_requests(c), duration_s=spec.duration_s) for c in spec.concurrency]
+
+
+class LevelDriver:
+    """Runs levels on one Runner, scraping the metrics endpoint before, during (peaks) and after."""
+
+    def __init__(self, runner: Runner, metrics_url: str | None, scrape: Callable = M.scrape) -> None:
+        self.runner = runner
+        self.metrics_url = metrics_url
+        self.scrape = scrape
+
+    async def _poll(self, peaks: dict, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            M.merge_peaks(peaks, await asyncio.to_thread(self.scrape, self.metrics_url))
+            try:
+                await asyncio.wait_for(stop.wait(), SCRAPE_EVERY_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def level(self, load: Load, requests) -> tuple[LevelRun, dict[str, Any] | None]:
+        if not self.metrics_url:
+            return await self.runner.run(load, requests), None
+        before = await asyncio.to_thread(self.scrape, self.metrics_url)
+        peaks: dict = {}
+        stop = asyncio.Event()
+        poller = asyncio.ensure_future(self._poll(peaks, stop))
+        try:
+            run = await self.runner.run(load, requests)
+        finally:
+            stop.set()
+            await poller
+        after = await asyncio.to_thread(self.scrape, self.metrics_url)
+        M.merge_peaks(peaks, after)
+        return run, M.server_delta(before, after, peaks)
+
+
+def finish_level(run: LevelRun, tokenizer: Any) -> tuple[dict[str, Any], list[M.RequestMetrics]]:
+    """Count output tokens (after the run, off the hot path) and summarise."""
+    ok = [r for r in run.records if r.ok]
+    counts = dict(zip((r.index for r in ok), count_tokens(tokenizer, [r.text for r in ok])))
+    metrics = [M.request_metrics(r, counts.get(r.index)) for r in run.records]
+    return M.level_summary(run, metrics), metrics
+
+
+async def _measure(spec: BenchSpec, transport: Transport, tokenizer: Any, pool: list[BenchRequest], loads: list[Load],
+                   metrics_url: str | None, on_done: Callable[[RequestRecord], None] | None,
+                   on_level: Callable[[Load], None] | None, result: BenchResult, pd_pools: dict | None) -> None:
+    runner = Runner(transport, request_timeout_s=spec.request_timeout_s, on_done=on_done)
+    driver = LevelDriver(runner, metrics_url)
+    if spec.warmup:
+        warm = list(cycle(pool, spec.warmup, start=-spec.warmup))
+        await runner.warmup(warm, concurrency=min(spec.warmup, max(spec.concurrency)))
+    for load in loads:
+        if on_level:
+            on_level(load)
+        run, server = await driver.level(load, cycle(pool, load.requests))
+        summary, per_request = finish_level(run, tokenizer)
+        result.levels.append(summary)
+        result.requests.append(per_request)
+        result.servers.append(server)
+    if pd_pools is not None:
+        pd = {"fixed_osl": spec.osl.mean, "fixed_isl": spec.isl.mean, "isl_sweep": [], "osl_sweep": []}
+        for kind, value, requests in pd_pools["points"]:
+            load = Load(concurrency=1, requests=len(requests))
+            if on_level:
+                on_level(load)
+            run, _ = await driver.level(load, iter(requests))
+            summary, per_request = finish_level(run, tokenizer)
+            summary["load"] = f"{kind}={value}"
+            result.levels.append(summary)
+            result.requests.append(per_request)
+            result.servers.append(None)
+            pd[f"{kind}_sweep"].append({kind: value, "ttft_ms_p50": summary["ttft_ms"]["p50"],
+                                        "tpot_ms_p50": summary["tpot_ms"]["p50"], "latency_ms_p50": summary["latency_ms"]["p50"]})
+        isl_fit = linear_fit([p["isl"] for p in pd["isl_sweep"] if p["ttft_ms_p50"]],
+                             [p["ttft_ms_p50"] for p in pd["isl_sweep"] if p["ttft_ms_p50"]])
+        ctx = [(spec.isl.mean + p["osl"] / 2, p["tpot_ms_p50"]) for p in pd["osl_sweep"] if p["tpot_ms_p50"]]
+        tpot_fit = linear_fit([c for c, _ in ctx], [t for _, t in ctx])
+        pd["ttft_ms_per_1k_isl"] = isl_fit[0] * 1000 if isl_fit else None
+        pd["tpot_ms_per_1k_context"] = tpot_fit[0] * 1000 if tpot_fit else None
+        result.prefill_decode = pd
+
+
+def prefill_decode_points(spec: BenchSpec, tokenizer: Any) -> list[tuple[str, int, list[BenchRequest]]]:
+    n = spec.requests or 4
+    points = []
+    for i, isl in enumerate(spec.pd_isl):
+        points.append(("isl", isl, synthetic_requests(tokenizer, Dist(mean=isl), Dist(mean=spec.osl.mean), n,
+                                                      seed=spec.seed + 100 + i)))
+    for i, osl in enumerate(spec.pd_osl):
+        points.append(("osl", osl, synthetic_requests(tokenizer, Dist(mean=spec.isl.mean), Dist(mean=osl), n,
+                                                      seed=spec.seed + 200 + i)))
+    return points
+
+
+def report_dir(spec: BenchSpec, tokenizer_dir: Path | None, served_model: str) -> Path:
+    """--out, else build/<model>/reports/ where <model> is the build folder the tokenizer lives in."""
+    if spec.out is not None:
+        return Path(spec.out)
+    root = build_root()
+    model = None
+    if tokenizer_dir is not None:
+        try:
+            model = Path(tokenizer_dir).resolve().relative_to(root).parts[0]
+        except (ValueError, IndexError):
+            model = model_slug(Path(tokenizer_dir).name)
+    return root / (model or model_slug(served_model)) / "reports"
+
+
+def predictions(spec: BenchSpec, result: BenchResult) -> list[dict[str, Any]] | None:
+    """The planner's TTFT/TPOT/throughput beside each concurrency level, when --gpu is given."""
+    if not spec.gpu or result.tokenizer_dir is None:
+        return None
+    config = Path(result.tokenizer_dir) / "config.json"
+    try:
+        from pipeline import plan
+    except ImportError:
+        return None
+    if not config.is_file() or not hasattr(plan, "predict"):
+        return None
+    model = plan.model_spec_from_config(config)
+    rows = []
+    for lv in result.levels:
+        if not lv.get("concurrency") or not lv["completed"]:
+            continue
+        p = plan.predict(model, spec.gpu, spec.quant or "fp16", None, 1, int(lv["isl"]["mean"] or spec.isl.mean),
+                         int(lv["osl"]["mean"] or spec.osl.mean), lv["concurrency"])
+        rows.append({"load": lv["load"], "ttft_ms": lv["ttft_ms"]["p50"], "pred_ttft_ms": p.ttft_ms,
+                     "tpot_ms": lv["tpot_ms"]["p50"], "pred_tpot_ms": p.tpot_ms,
+                     "output_tok_s": lv["output_tok_s"], "pred_output_tok_s": p.output_tokens_per_s})
+    return rows
+
+
+def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: ModelInfo | None = None,
+              tokenizer: Any = None, on_done: Callable[[RequestRecord], None] | None = None,
+              on_level: Callable[[Load], None] | None = None, write: bool = True) -> BenchResult:
+    """Measure, then write the reports (under build/<model>/reports/bench-<time>/ or --out).
+
+    SLO failures are in result.failed_gates; raising GateFailedError is the caller's choice (the
+    CLI does), so that the reports are always written first.
+    """
+    info = info or model_info(spec.url, spec.model)
+    tokenizer_dir = None
+    if tokenizer is None:
+        tokenizer_dir = resolve_tokenizer(spec, info)
+        tokenizer = load_tokenizer(tokenizer_dir)
+    else:
+        tokenizer_dir = spec.tokenizer
+    loads = plan_loads(spec)
+    result = BenchResult(spec=spec, served_model=info.name, tokenizer_dir=tokenizer_dir)
+    pd_pools = None
+    if spec.prefill_decode:
+        loads = []
+        pd_pools = {"points": prefill_decode_points(spec, tokenizer)}
+    size = max([l.requests or DURATION_POOL for l in loads] + [spec.warmup, 1])
+    if spec.dataset:
+        pool = dataset_requests(spec.dataset, tokenizer, spec.osl, seed=spec.seed)
+    else:
+        pool = synthetic_requests(tokenizer, spec.isl, spec.osl, min(size, DURATION_POOL * 4), seed=spec.seed)
+    metrics_url = spec.metrics_url or default_metrics_url(spec.url)
+
+    async def main() -> None:
+        own = transport is None
+        t = transport or TritonTransport(spec.url, info, perf_metrics=spec.perf_metrics, timeout_s=None)
+        try:
+            await _measure(spec, t, tokenizer, pool, loads, metrics_url, on_done, on_level, result, pd_pools)
+        finally:
+            if own:
+                await t.close()
+
+    asyncio.run(main())
+    result.hints = diagnose(result.levels, result.servers, result.prefill_decode)
+    result.gates = check_gates(spec.slo, [lv for lv in result.levels])
+    result.prediction = predictions(spec, result)
+    if write:
+        write_run(result, report_dir(spec, tokenizer_dir, info.name))
+    return result
+
+
+def write_run(result: BenchResult, reports: Path) -> Path:
+    """reports/bench-<time>/ written atomically (JSON, CSV, Markdown, PNGs, manifest)."""
+    from pipeline.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
+    from pipeline.bench.plots import plot_all
+    from pipeline.bench.report import write_reports
+
+    started = time.time()
+    destination = reports / time.strftime("bench-%Y%m%d-%H%M%S")
+    with atomic_dir(destination) as tmp:
+        files = write_reports(result, tmp)
+        files.update(plot_all(result, tmp))
+        inputs = result.spec.model_dump(mode="json")
+        write_json_atomic(tmp / "manifest.json", build_manifest(stage="bench", inputs=inputs, inputs_hash=sha256_json(inputs),
+                                                                folder=tmp, started=started, packages=("tritonclient",)))
+    result.out_dir = destination
+    result.files = {k: destination / Path(v).name for k, v in files.items()}
+    return destination

@@ -1,0 +1,153 @@
+"""One streamed request over tritonclient.grpc.aio, and what the runner needs from a transport.
+
+A request opens its own gRPC bidirectional stream, sends one request and half-closes; Triton ends
+the stream after the request's last response, so the end of the stream marks completion whether or
+not the model sends an empty final response. Every response with text_output is one chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Protocol
+
+import numpy as np
+
+from pipeline.bench.workload import BenchRequest
+from pipeline.errors import InvalidInputError, StageFailedError
+
+PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed response: its text (may be empty), or an error; perf holds server timestamps."""
+
+    text: str = ""
+    error: str | None = None
+    perf: dict[str, int] | None = None
+
+
+class Transport(Protocol):
+    def stream(self, request: BenchRequest) -> AsyncIterator[Chunk]: ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the served model accepts: its input names and whether it has a batch dimension."""
+
+    name: str
+    inputs: frozenset[str]
+    batched: bool
+    tokenizer_dir: Path | None = None
+
+
+def model_info(url: str, model: str) -> ModelInfo:
+    """Ask the server (synchronous gRPC) about `model` and where its tokenizer lives."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        client = grpcclient.InferenceServerClient(url)
+    except InferenceServerException as error:  # pragma: no cover - bad URL syntax
+        raise InvalidInputError(f"Bad server URL {url!r}: {error}", hint="Use HOST:PORT of the gRPC endpoint.") from None
+    try:
+        try:
+            if not client.is_server_ready():
+                raise StageFailedError(f"The server at {url} is not ready.", hint="Wait for `pipeline serve` to report ready.")
+            config = client.get_model_config(model).config
+        except InferenceServerException as error:
+            raise StageFailedError(f"Cannot query model {model!r} at {url}: {error.message()}",
+                                   hint="Check --url (the gRPC port, 8001 by default) and --model (ensemble or tensorrt_llm_bls).") from None
+        inputs = frozenset(i.name for i in config.input)
+        missing = {"text_input", "max_tokens"} - inputs
+        if missing:
+            raise InvalidInputError(f"Model {model!r} has no input(s) {sorted(missing)}: it is not a text model.",
+                                    hint="Benchmark the ensemble or tensorrt_llm_bls model (--model).")
+        return ModelInfo(name=model, inputs=inputs, batched=config.max_batch_size > 0,
+                         tokenizer_dir=_served_tokenizer_dir(client, model, config))
+    finally:
+        client.close()
+
+
+def _served_tokenizer_dir(client: Any, model: str, config: Any) -> Path | None:
+    """tokenizer_dir of the preprocessing model (or of the model itself, for BLS-like models)."""
+    from tritonclient.utils import InferenceServerException
+
+    candidates = [config]
+    try:
+        candidates.append(client.get_model_config("preprocessing").config)
+    except InferenceServerException:
+        pass
+    for cfg in candidates:
+        param = cfg.parameters.get("tokenizer_dir")
+        if param is not None and param.string_value and not param.string_value.startswith("${"):
+            return Path(param.string_value)
+    return None
+
+
+def _tensor(name: str, value: np.ndarray, dtype: str, batched: bool):
+    import tritonclient.grpc as grpcclient
+
+    value = value.reshape([1, -1] if batched else [-1])
+    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
+    tensor.set_data_from_numpy(value)
+    return tensor
+
+
+def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics: bool) -> list:
+    """The ensemble/BLS inputs for one streamed request (names as NVIDIA's tensorrtllm_backend)."""
+    tensors = [
+        _tensor("text_input", np.array([request.prompt.encode()], dtype=np.object_), "BYTES", info.batched),
+        _tensor("max_tokens", np.array([request.max_tokens], dtype=np.int32), "INT32", info.batched),
+    ]
+    optional = [("stream", np.array([True]), "BOOL"), ("exclude_input_in_output", np.array([True]), "BOOL")]
+    if request.min_tokens is not None:
+        optional.append(("min_tokens", np.array([request.min_tokens], dtype=np.int32), "INT32"))
+    if perf_metrics:
+        optional.append(("return_perf_metrics", np.array([True]), "BOOL"))
+    tensors += [_tensor(n, v, d, info.batched) for n, v, d in optional if n in info.inputs]
+    return tensors
+
+
+class TritonTransport:
+    """Streams requests to one model through one shared tritonclient.grpc.aio client."""
+
+    def __init__(self, url: str, info: ModelInfo, *, perf_metrics: bool = False, timeout_s: float | None = None) -> None:
+        import tritonclient.grpc.aio as aioclient
+
+        self.info = info
+        self.perf_metrics = perf_metrics and "return_perf_metrics" in info.inputs
+        self.timeout_s = timeout_s
+        self.client = aioclient.InferenceServerClient(url)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def stream(self, request: BenchRequest) -> AsyncIterator[Chunk]:
+        inputs = build_request_inputs(request, self.info, perf_metrics=self.perf_metrics)
+
+        async def one_request():
+            yield {"model_name": self.info.name, "inputs": inputs, "request_id": str(request.index)}
+
+        responses = self.client.stream_infer(one_request(), stream_timeout=self.timeout_s)
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    yield Chunk(error=str(error))
+                    return
+                yield _chunk(result, self.perf_metrics)
+        except Exception as error:  # gRPC failures (server gone, deadline) become data, never a crash
+            yield Chunk(error=f"{type(error).__name__}: {error}")
+
+
+def _chunk(result: Any, perf_metrics: bool) -> Chunk:
+    text = ""
+    out = result.as_numpy("text_output")
+    if out is not None:
+        text = "".join(v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in out.reshape(-1))
+    perf = None
+    if perf_metrics:
+        values = {name: result.as_numpy(name) for name in PERF_OUTPUTS}
+        perf = {k: int(v.reshape(-1)[0]) for k, v in values.items() if v is not None and v.size}
+    return Chunk(text=text, perf=perf or None)

@@ -1,0 +1,134 @@
+"""`pipeline bench`: latency/throughput through tritonclient streaming, SLO gates, reports and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from pipeline.cli._options import JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, set_json
+from pipeline.errors import GateFailedError, InvalidInputError
+from pipeline.output import OUT, simple_table
+
+ConcurrencyOpt = Annotated[str, typer.Option("--concurrency", help="Concurrency levels to sweep, e.g. 1,2,4,8,16.")]
+RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Request-rate mode: requests/s, one or more (e.g. 2 or 1,2,4); replaces the sweep.")]
+ArrivalOpt = Annotated[str, typer.Option("--arrival", help="Arrivals in rate mode: poisson or constant.")]
+RequestsOpt = Annotated[Optional[int], typer.Option("--requests", min=1, help="Requests per level (default 4 per concurrent slot, at least 8).")]
+DurationOpt = Annotated[Optional[float], typer.Option("--duration", min=0.001, help="Seconds per level (no request starts after it).")]
+WarmupCountOpt = Annotated[int, typer.Option("--warmup", min=0, help="Warm-up requests before measuring (excluded).")]
+IslOpt = Annotated[str, typer.Option("--isl", help="Input tokens MEAN[:STD] (exact, with the model's tokenizer).")]
+OslOpt = Annotated[str, typer.Option("--osl", help="Output tokens MEAN[:STD] (forced with min_tokens).")]
+DatasetOpt = Annotated[Optional[Path], typer.Option("--dataset", help="JSONL prompts: {\"text_input\": ..., \"max_tokens\": N} per line.")]
+TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: the served preprocessing model's tokenizer_dir).")]
+SloOpt = Annotated[Optional[List[str]], typer.Option("--slo", help="Gate NAME=VALUE (repeat): ttft_p99_ms, tpot_p99_ms, latency_p95_ms, error_rate, output_tok_s.")]
+MetricsUrlOpt = Annotated[Optional[str], typer.Option("--metrics-url", help="Prometheus endpoint (default http://HOST:8002/metrics when --url uses 8001).")]
+PrefillDecodeOpt = Annotated[bool, typer.Option("--prefill-decode", help="Sweep ISL at fixed OSL and OSL at fixed ISL (concurrency 1).")]
+PdIslOpt = Annotated[str, typer.Option("--pd-isl", help="ISL points of --prefill-decode.")]
+PdOslOpt = Annotated[str, typer.Option("--pd-osl", help="OSL points of --prefill-decode.")]
+PerfMetricsOpt = Annotated[bool, typer.Option("--perf-metrics", help="Ask for the server's timestamps (return_perf_metrics) and compare TTFTs.")]
+TimeoutOpt = Annotated[float, typer.Option("--request-timeout", min=0.1, help="Seconds before a request counts as a timeout error.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the synthetic workload and Poisson arrivals.")]
+BenchGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key: print the planner's prediction beside the measurement.")]
+BenchQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="Precision for the prediction (with --gpu).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InvalidInputError(f"{what} {text!r} is not a list of integers.", hint=f"e.g. {what} 1,2,4,8") from None
+    if not values:
+        raise InvalidInputError(f"{what} is empty.", hint=f"e.g. {what} 1,2,4,8")
+    return values
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InvalidInputError(f"{what} {text!r} is not a list of numbers.", hint=f"e.g. {what} 1,2,4") from None
+
+
+def bench(
+    url: UrlOpt = "127.0.0.1:8001",
+    model: ServedModelOpt = "ensemble",
+    concurrency: ConcurrencyOpt = "1,2,4,8",
+    rate: RateOpt = None,
+    arrival: ArrivalOpt = "poisson",
+    requests: RequestsOpt = None,
+    duration: DurationOpt = None,
+    warmup: WarmupCountOpt = 2,
+    isl: IslOpt = "128",
+    osl: OslOpt = "32",
+    dataset: DatasetOpt = None,
+    tokenizer: TokenizerOpt = None,
+    slo: SloOpt = None,
+    metrics_url: MetricsUrlOpt = None,
+    prefill_decode: PrefillDecodeOpt = False,
+    pd_isl: PdIslOpt = "32,64,128,256,512",
+    pd_osl: PdOslOpt = "8,16,32,64,128",
+    perf_metrics: PerfMetricsOpt = False,
+    request_timeout: TimeoutOpt = 600.0,
+    seed: SeedOpt = 0,
+    gpu: BenchGpuOpt = None,
+    quant: BenchQuantOpt = None,
+    out: OutDirOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Measure TTFT, TPOT, latency and throughput of a served model; gate on SLOs (exit 4 when one fails)."""
+    from pipeline.bench import BenchSpec, Dist, parse_slo, run_bench
+
+    set_json(json_output)
+    if arrival not in ("poisson", "constant"):
+        raise InvalidInputError(f"--arrival {arrival!r} is not poisson or constant.", hint="--arrival poisson")
+    spec = BenchSpec(
+        url=url, model=model, concurrency=_ints(concurrency, "--concurrency"),
+        rate=_floats(rate, "--rate") if rate else (), arrival=arrival, requests=requests, duration_s=duration,
+        warmup=warmup, isl=Dist.parse(isl, what="--isl"), osl=Dist.parse(osl, what="--osl"), dataset=dataset,
+        tokenizer=tokenizer, slo=tuple(parse_slo(s) for s in slo or ()), out=out, metrics_url=metrics_url, seed=seed,
+        request_timeout_s=request_timeout, perf_metrics=perf_metrics, prefill_decode=prefill_decode,
+        pd_isl=_ints(pd_isl, "--pd-isl"), pd_osl=_ints(pd_osl, "--pd-osl"), gpu=gpu, quant=quant,
+    )
+    with OUT.progress() as progress:
+        task = {"id": None}
+
+        def on_level(load) -> None:
+            if task["id"] is not None:
+                progress.update(task["id"], visible=False)
+            task["id"] = progress.add_task(f"bench {load.label}", total=load.requests)
+
+        def on_done(_record) -> None:
+            if task["id"] is not None:
+                progress.advance(task["id"])
+
+        result = run_bench(spec, on_done=on_done, on_level=on_level)
+    _print(result)
+    failed = result.failed_gates
+    if failed:
+        rows = [[g.slo, g.level, "-" if g.value is None else f"{g.value:.3f}",
+                 ("<= " if g.direction == "max" else ">= ") + f"{g.bound:g}"] for g in failed]
+        OUT.stderr.print(simple_table("SLO gates that failed", ["SLO", "level", "measured", "bound"], rows))
+        lines = "; ".join(f"{r[0]} at {r[1]} = {r[2]} (bound {r[3]})" for r in rows)
+        raise GateFailedError(f"{len(failed)} SLO gate(s) failed: {lines}",
+                              hint=f"The full report is in {result.out_dir}.")
+
+
+def _print(result) -> None:
+    from pipeline.bench.report import LEVEL_COLUMNS, level_rows
+
+    table = simple_table(f"{result.served_model} at {result.spec.url}", LEVEL_COLUMNS, level_rows(result.levels))
+    lines = [f"- {h.finding} ({h.measurement}): {h.action}" for h in result.hints]
+    text = ("Diagnosis:\n" + "\n".join(lines) if lines else "Diagnosis: nothing stands out.") + f"\nReports: {result.out_dir}"
+    if result.prediction:
+        text = "Planner prediction (measured / predicted): " + "; ".join(
+            f"{p['load']} TTFT {p['ttft_ms'] or 0:.1f}/{p['pred_ttft_ms']:.1f} ms, TPOT {p['tpot_ms'] or 0:.2f}/{p['pred_tpot_ms']:.2f} ms"
+            for p in result.prediction) + "\n" + text
+    summary = {"out_dir": result.out_dir, "levels": result.levels, "server": result.servers,
+               "prefill_decode": result.prefill_decode, "diagnosis": result.hints, "slo": result.gates,
+               "prediction": result.prediction}
+    OUT.result(summary, table=table, text=text)
