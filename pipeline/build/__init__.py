@@ -94,11 +94,26 @@ def _resolve_checkpoint(spec: BuildSpec, gpu: GpuSpec) -> CheckpointInfo:
         raise InvalidInputError("Nothing to build from: give --checkpoint DIR or --model NAME.",
                                 hint="e.g. `pipeline build --model demo --gpu cpu` or "
                                 "`pipeline build --checkpoint build/<model>/checkpoints/<id> --gpu h100`.")
+    model = model_folder_name(spec.model)
     if gpu.is_cpu:
-        return read_checkpoint(stage_dir(spec.model, "hf"), model=spec.model)
-    folder = find_checkpoint(spec.model, quant=spec.quant or "fp16", kv_cache=spec.kv_cache,
-                             tp=spec.tp or 1, pp=spec.pp or 1)
-    return read_checkpoint(folder, model=spec.model)
+        return read_checkpoint(stage_dir(model, "hf"), model=model)
+    folder = find_checkpoint(model, quant=spec.quant or "fp16", kv_cache=spec.kv_cache, tp=spec.tp or 1, pp=spec.pp or 1)
+    return read_checkpoint(folder, model=model)
+
+
+def model_folder_name(model: str) -> str:
+    """build/<model>: the name itself when that folder exists, else the folder `pipeline download`
+    gives the source (so `--model demo` or `--model hf:org/name` find what download/convert wrote)."""
+    from pipeline.paths import build_root
+
+    if (build_root() / model).is_dir():
+        return model
+    try:
+        from pipeline.download import parse_source
+
+        return parse_source(model).model
+    except (ImportError, InvalidInputError):
+        return model
 
 
 def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointInfo, list[str]]:

@@ -1,0 +1,135 @@
+"""`pipeline build --gpu cpu`: the reference runtime's engine folder, its manifest and its cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.artifacts import read_manifest
+from pipeline.build import BuildSpec, build_engine, plan_build
+from pipeline.cli import run
+from pipeline.profiles import BuildProfile, engine_profile
+
+
+def tiny_hf(folder: Path) -> Path:
+    """A small but well-formed HF folder: Llama config, one safetensors file, tokenizer files."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+        "max_position_embeddings": 4096, "tie_word_embeddings": True, "torch_dtype": "float32"}))
+    save_file({"model.embed_tokens.weight": np.zeros((256, 64), dtype=np.float32)}, str(folder / "model.safetensors"))
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}))
+    (folder / "tokenizer_config.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture()
+def build_root(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "build"
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
+    return root
+
+
+def test_reference_engine_folder_layout(tmp_path, build_root):
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    result = build_engine(BuildSpec(gpu="cpu", model="tiny", goal="latency"))
+    engine = result.engine_dir
+    assert engine == build_root / "tiny" / "engines" / result.plan.profile_id
+    config = json.loads((engine / "config.json").read_text())
+    assert config["runtime"] == "reference" and "version" in config and "pretrained_config" in config
+    build_config = config["build_config"]
+    for key in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width"):
+        assert isinstance(build_config[key], int)
+    assert build_config["plugin_config"]["paged_kv_cache"] is True
+    assert build_config["plugin_config"]["tokens_per_block"] == 32
+    assert (engine / "tokenizer" / "tokenizer.json").is_file()
+    assert (engine / "model" / "model.safetensors").stat().st_ino == (hf / "model.safetensors").stat().st_ino  # hard link
+    manifest = read_manifest(engine)
+    profile = BuildProfile(**manifest["profile"])
+    assert profile.id == engine.name == result.plan.profile_id
+    assert profile.name == "ref-cpu-fp16-tp1-latency" and profile.runtime == "reference"
+    assert manifest["timings"]["build_s"] >= 0 and manifest["versions"]["trtllm"] == profile.trtllm_version
+    assert "model/model.safetensors" in manifest["files"]
+    assert engine_profile(engine) == profile
+
+
+def test_same_inputs_again_is_a_fast_no_op_and_force_rebuilds(build_root):
+    tiny_hf(build_root / "tiny" / "hf")
+    spec = BuildSpec(gpu="cpu", model="tiny")
+    first = build_engine(spec)
+    stamp = (first.engine_dir / "manifest.json").stat().st_mtime_ns
+    again = build_engine(spec)
+    assert again.cached and not first.cached
+    assert again.duration_s < 1.0
+    assert (again.engine_dir / "manifest.json").stat().st_mtime_ns == stamp
+    forced = build_engine(spec.model_copy(update={"force": True}))
+    assert not forced.cached and (forced.engine_dir / "manifest.json").stat().st_mtime_ns != stamp
+    other = build_engine(spec.model_copy(update={"max_batch_size": 3}))
+    assert other.engine_dir != first.engine_dir  # another profile, another folder
+    assert json.loads((other.engine_dir / "config.json").read_text())["build_config"]["max_batch_size"] == 3
+
+
+def test_changed_checkpoint_rebuilds(build_root):
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    first = build_engine(BuildSpec(gpu="cpu", model="tiny"))
+    (hf / "tokenizer_config.json").write_text('{"model_max_length": 4096}')
+    second = build_engine(BuildSpec(gpu="cpu", model="tiny"))
+    assert not second.cached and second.plan.profile.model_revision != first.plan.profile.model_revision
+
+
+def test_trtllm_checkpoint_on_the_cpu_serves_its_hf_source(tmp_path, build_root):
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    ckpt = build_root / "tiny" / "checkpoints" / "fp8-tp1-abc"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text(json.dumps({
+        "architecture": "LlamaForCausalLM", "dtype": "float16", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+        "max_position_embeddings": 4096, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None},
+        "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}}))
+    (ckpt / "manifest.json").write_text(json.dumps({"hf_dir": str(hf), "files": {}}))
+    plan = plan_build(BuildSpec(gpu="cpu", checkpoint=ckpt))
+    assert plan.checkpoint == hf.resolve() and plan.profile.model == "tiny"
+    assert any("not applied" in note for note in plan.notes)
+
+
+def test_cpu_refusals(build_root, capsys):
+    tiny_hf(build_root / "tiny" / "hf")
+    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--quant", "fp8"]) == 2
+    assert "reference runtime" in capsys.readouterr().err
+    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--tp", "2"]) == 2
+    assert run(["build", "--model", "missing", "--gpu", "cpu"]) == 2
+    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--max-input-len", "4000", "--max-seq-len", "3000"]) == 2
+    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--goal", "fast"]) == 2
+    assert not (build_root / "tiny" / "engines").exists() or not any((build_root / "tiny" / "engines").iterdir())
+
+
+@pytest.mark.slow
+def test_demo_engine_loads_with_transformers_and_cache_hit_is_fast(demo_hf_dir, tmp_path, monkeypatch, capsys):
+    """The real demo checkpoint: the engine folder's model/ and tokenizer/ load as they are."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
+    argv = ["build", "--checkpoint", str(demo_hf_dir), "--model", "demo", "--gpu", "cpu", "--goal", "latency", "--json"]
+    started = time.perf_counter()
+    assert run(argv) == 0
+    first_s = time.perf_counter() - started
+    first = json.loads(capsys.readouterr().out)
+    started = time.perf_counter()
+    assert run(argv) == 0
+    again_s = time.perf_counter() - started
+    again = json.loads(capsys.readouterr().out)
+    assert again["cached"] and not first["cached"] and again_s < 1.5
+    print(f"reference build: first {first_s:.2f} s, cache hit {again_s:.2f} s")
+    engine = Path(first["engine_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(engine / "tokenizer")
+    assert tokenizer("Hello")["input_ids"]
+    assert AutoConfig.from_pretrained(engine / "model").num_hidden_layers == 30
+    assert os.path.samefile(engine / "model" / "model.safetensors", Path(demo_hf_dir) / "model.safetensors")

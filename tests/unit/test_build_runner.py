@@ -1,0 +1,125 @@
+"""Running trtllm-build: the child process runner, the missing-tool message, and the orchestration
+(log, exit code, outputs, manifest, cache) with a stand-in `trtllm-build` script on PATH.
+
+The stand-in is a plain script that behaves like the tool at its interface (reads --output_dir,
+writes config.json and rank<N>.engine, or fails with a message); the real tool runs only in the
+pinned image on a GPU, and its command line is checked by the contract test in test_build_flags.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.build import BuildSpec, build_engine
+from pipeline.build.runner import run_logged
+from pipeline.cli import run
+from pipeline.errors import StageFailedError
+
+STAND_IN = """#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+out = argv[argv.index("--output_dir") + 1]
+print("stand-in trtllm-build", " ".join(argv), flush=True)
+if os.environ.get("STAND_IN_FAIL"):
+    print("[TRT-LLM] [E] out of memory while building rank 0", flush=True)
+    sys.exit(7)
+os.makedirs(out, exist_ok=True)
+workers = int(argv[argv.index("--workers") + 1])
+json.dump({{"version": "1.1.0", "pretrained_config": {{}}, "build_config": {{}}}}, open(os.path.join(out, "config.json"), "w"))
+for rank in range(workers):
+    open(os.path.join(out, f"rank{{rank}}.engine"), "wb").write(b"engine" * 100)
+with open(os.environ["STAND_IN_ARGV"], "w") as f:
+    json.dump(argv, f)
+"""
+
+
+def trtllm_checkpoint(folder: Path, quant_algo: str | None = "FP8", kv: str | None = "FP8", tp: int = 1) -> Path:
+    """A TensorRT-LLM checkpoint config with Llama-3.1-8B's shapes (weights are not read by the plan)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "architecture": "LlamaForCausalLM", "dtype": "bfloat16", "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "head_size": 128,
+        "quantization": {"quant_algo": quant_algo, "kv_cache_quant_algo": kv},
+        "mapping": {"world_size": tp, "tp_size": tp, "pp_size": 1}}))
+    for rank in range(tp):
+        (folder / f"rank{rank}.safetensors").write_bytes(b"\0" * 64)
+    return folder
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    root = tmp_path / "build"
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    monkeypatch.setenv("STAND_IN_ARGV", str(tmp_path / "argv.json"))
+    return {"root": root, "tools": tools, "argv": tmp_path / "argv.json"}
+
+
+def install_stand_in(tools: Path) -> None:
+    script = tools / "trtllm-build"
+    script.write_text(STAND_IN.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def test_runner_streams_the_log_and_reports_exit_code_and_memory(tmp_path):
+    code = "import sys; b = bytearray(64 << 20); print('line one', flush=True); print('line two'); sys.exit(3)"
+    result = run_logged([sys.executable, "-c", code], tmp_path / "logs" / "x.log")
+    assert result.returncode == 3
+    log = (tmp_path / "logs" / "x.log").read_text()
+    assert "line one" in log and "line two" in log and "exit code 3" in log
+    assert result.peak_rss_mib > 0 and result.duration_s > 0
+    assert "line two" in result.log_tail(3)
+
+
+def test_missing_trtllm_build_says_where_it_runs(env, capsys):
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp1-x")
+    assert run(["build", "--checkpoint", str(ckpt), "--gpu", "h100"]) == 3
+    err = capsys.readouterr().err
+    assert "trtllm-build is not installed" in err and "nvcr.io/nvidia/tritonserver" in err
+    assert "make engine" in err and "--dry-run" in err
+    assert not (env["root"] / "llama" / "engines").exists() or not any((env["root"] / "llama" / "engines").glob("[!.]*"))
+
+
+def test_failed_build_surfaces_exit_code_and_log_tail_and_keeps_no_engine(env, monkeypatch):
+    install_stand_in(env["tools"])
+    monkeypatch.setenv("STAND_IN_FAIL", "1")
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp1-x")
+    with pytest.raises(StageFailedError) as failed:
+        build_engine(BuildSpec(checkpoint=ckpt, gpu="h100", goal="throughput"))
+    message = str(failed.value)
+    assert "exited with code 7" in message and "out of memory while building rank 0" in message
+    engines = env["root"] / "llama" / "engines"
+    assert [p.name for p in engines.iterdir() if not p.name.startswith(".")] == []
+    logs = list(engines.glob(".*.build.log"))
+    assert len(logs) == 1 and "out of memory" in logs[0].read_text()
+
+
+def test_successful_build_runs_the_planned_command_and_caches(env):
+    install_stand_in(env["tools"])
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp2-x", tp=2)
+    spec = BuildSpec(checkpoint=ckpt, gpu="h100", goal="latency")
+    result = build_engine(spec)
+    engine = result.engine_dir
+    assert not result.cached and (engine / "rank0.engine").is_file() and (engine / "rank1.engine").is_file()
+    argv = json.loads(env["argv"].read_text())
+    planned = result.plan.command[1:]
+    out_at = planned.index("--output_dir") + 1
+    assert argv[:out_at] == planned[:out_at] and argv[out_at + 1:] == planned[out_at + 1:]  # only the temp output dir differs
+    assert argv[argv.index("--workers") + 1] == "2"
+    manifest = json.loads((engine / "manifest.json").read_text())
+    assert manifest["profile"]["tp"] == 2 and manifest["gpu"]["compute_capability"] == "9.0"
+    assert manifest["command"] == result.plan.command and manifest["timings"]["trtllm_build_s"] > 0
+    assert manifest["peak_rss_mib"] is not None and "rank1.engine" in manifest["files"]
+    assert "stand-in trtllm-build" in (engine / "build.log").read_text()
+    os.remove(env["argv"])
+    again = build_engine(spec)
+    assert again.cached and not env["argv"].exists()  # the tool did not run again

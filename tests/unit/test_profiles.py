@@ -1,0 +1,103 @@
+"""Build profiles: ids and names, `pipeline profiles`, and the engine compatibility check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import run
+from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.profiles import BuildProfile, check_engine_compatible, list_profiles
+
+LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+
+
+def _row(rows, gpu, quant):
+    return next(r for r in rows if r.gpu == gpu and r.quant == quant)
+
+
+def test_profile_id_is_a_content_hash_and_name_is_readable():
+    base = BuildProfile(model="m", model_revision="r1", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
+                        quant="fp8", kv_cache="fp8", goal="throughput")
+    assert base.name == "trtllm-h100-sxm-fp8-kvfp8-tp1-throughput"
+    assert len(base.id) == 12 and base.id == BuildProfile(**base.model_dump()).id
+    assert base.model_copy(update={"max_batch_size": 9}).id != base.id
+    assert base.model_copy(update={"trtllm_version": "1.0.0"}).id != base.id
+
+
+def test_llama_8b_profiles_per_gpu_and_precision():
+    rows = list_profiles(LLAMA)
+    assert _row(rows, "h100-sxm", "fp8").status == "runnable"
+    a100_fp8 = _row(rows, "a100-80gb", "fp8")
+    assert a100_fp8.status == "incompatible" and "SM 8.9" in a100_fp8.reason and "int8_sq" in a100_fp8.fix
+    assert _row(rows, "b200", "int8_sq").status == "incompatible"
+    assert _row(rows, "b200", "nvfp4").status == "runnable"
+    assert _row(rows, "l4", "nvfp4").status == "incompatible"
+    assert {r.gpu for r in rows} >= {"a100-40gb", "h100-sxm", "l40s", "b200", "cpu"}
+    cpu = [r for r in rows if r.gpu == "cpu"]
+    assert len(cpu) == 1 and cpu[0].name.startswith("ref-cpu")
+
+
+def test_big_model_needs_tp_or_is_incompatible(tmp_path):
+    big = tmp_path / "llama-70b"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}))
+    rows = list_profiles(big, gpus=["l40s", "h200"])
+    fp16 = _row(rows, "l40s", "fp16")
+    assert fp16.status == "runnable" and fp16.tp == 4 and "--tp 4" in fp16.fix and fp16.name.endswith("-tp4-throughput")
+    assert _row(rows, "h200", "fp8").tp == 1
+
+
+def test_profiles_cli_json_and_auto(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
+    assert run(["profiles", "--model", str(LLAMA), "--gpu", "h100", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["gpu"] for r in rows} == {"h100-sxm"} and {r["status"] for r in rows} >= {"runnable", "incompatible"}
+    assert run(["profiles", "--model", str(LLAMA), "--gpu", "auto", "--json"]) == 0  # no GPU here: the CPU
+    assert {r["gpu"] for r in json.loads(capsys.readouterr().out)} == {"cpu"}
+    assert run(["profiles", "--model", "no-such-model"]) == 2
+
+
+def _engine(folder: Path, **profile) -> Path:
+    folder.mkdir(parents=True)
+    built = BuildProfile(model="m", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
+                         quant="fp8", **profile)
+    (folder / "config.json").write_text(json.dumps({"version": built.trtllm_version, "build_config": {}}))
+    (folder / "manifest.json").write_text(json.dumps({"profile": built.model_dump(mode="json")}))
+    return folder
+
+
+def test_engine_compatibility(tmp_path):
+    engine = _engine(tmp_path / "e1")
+    assert check_engine_compatible(engine, "h100-sxm", "1.1.0").gpu == "h100-sxm"
+    assert check_engine_compatible(engine, "h200").quant == "fp8"  # same SM 9.0, pinned version
+    with pytest.raises(UnsupportedError) as other_gpu:
+        check_engine_compatible(engine, "a100")
+    assert "h100-sxm (SM 9.0" in str(other_gpu.value) and "a100-80gb (SM 8.0" in str(other_gpu.value)
+    with pytest.raises(UnsupportedError, match="TensorRT-LLM 1.1.0; this environment has 1.2.0"):
+        check_engine_compatible(engine, "h100-sxm", "1.2.0")
+    with pytest.raises(UnsupportedError, match="no NVIDIA GPU|there is none here"):
+        check_engine_compatible(engine, "cpu")
+    with pytest.raises(InvalidInputError):
+        check_engine_compatible(tmp_path / "nothing", "h100")
+
+
+def test_reference_engine_runs_anywhere(tmp_path):
+    folder = tmp_path / "ref"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"version": "reference", "runtime": "reference", "build_config": {}}))
+    assert check_engine_compatible(folder, "cpu", "9.9.9") is None
+    assert check_engine_compatible(folder, "a100") is None
+
+
+def test_unrecorded_engine_checks_its_config_version(tmp_path):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": {}}))
+    with pytest.raises(UnsupportedError, match="0.17.0"):
+        check_engine_compatible(folder, "h100")
