@@ -75,3 +75,17 @@ plan: $(STAMP)
 	$(PIPE) plan --model $(PLAN_MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --isl $(ISL) --osl $(OSL) --goal $(GOAL)
 plan-check: $(STAMP)
 	$(BIN)/python scripts/plan_vs_published.py --cv
+
+# The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/versions.py).
+# Inside it, `make engine ...` runs the installed pipeline (the image sets MAKEFLAGS, no .venv is made).
+# profiles / doctor: which build profiles fit each GPU, and what this machine can run.
+TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
+TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
+IMAGE ?= trtllm-pipeline:$(TRITON_RELEASE)
+.PHONY: image profiles doctor
+image:
+	docker build --build-arg TRITON_RELEASE=$(TRITON_RELEASE) --build-arg TRTLLM_VERSION=$(TRTLLM_VERSION) -t $(IMAGE) .
+profiles: $(STAMP)
+	$(PIPE) profiles --model $(MODEL) $(if $(filter-out auto,$(GPU)),--gpu $(GPU),--gpu auto)
+doctor: $(STAMP)
+	$(PIPE) doctor
