@@ -1,0 +1,226 @@
+"""tensorrt_llm, reference runtime: the TensorRT-LLM tensor contract served on the CPU.
+
+Rendered only for `--runtime reference` (the `tensorrtllm` runtime uses the C++ backend and has no
+model.py). The work is done by pipeline.reference_runtime (transformers' continuous batching with a
+paged KV cache); this file maps Triton tensors to requests and events back to responses.
+
+Supported inputs: input_ids, input_lengths, request_output_len, end_id, pad_id, stop_words_list,
+bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, streaming,
+exclude_input_in_output, return_log_probs, return_perf_metrics, return_num_input_tokens,
+return_num_output_tokens, and beam_width / num_return_sequences equal to 1. len_penalty,
+early_stopping and beam_search_diversity_rate only act on beam search and are accepted and ignored.
+Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
+multimodal, guided decoding, penalties, logits outputs, KV retention, lookahead, disaggregated
+context phase, `stop`) is declared but unsupported: a request that sets one gets an error naming it.
+Outputs never produced here: context_logits, generation_logits, kv_cache_* block counts,
+acceptance_rate, total_*draft_tokens, context_phase_params.
+"""
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from pipeline.reference_runtime.engine import EngineLimits, GenerationRequest, ReferenceEngine, RequestError
+from pipeline.reference_runtime.sampling import SamplingOptions
+from pipeline.reference_runtime.words import from_word_list
+
+# name -> value that means "not used" (None: any value is refused once the tensor is present)
+UNSUPPORTED = {
+    "encoder_input_features": None, "encoder_output_lengths": None, "draft_input_ids": None,
+    "decoder_input_ids": None, "decoder_input_lengths": None, "draft_logits": None,
+    "draft_acceptance_threshold": None, "embedding_bias": None, "runtime_top_p_min": None,
+    "runtime_top_p_decay": None, "runtime_top_p_reset_ids": None, "repetition_penalty": 1.0,
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "return_context_logits": False,
+    "return_generation_logits": False, "stop": False, "prompt_embedding_table": None,
+    "prompt_table_extra_ids": None, "prompt_vocab_size": None, "cross_attention_mask": None,
+    "mrope_rotary_cos_sin": None, "mrope_position_deltas": None, "lora_task_id": None,
+    "lora_weights": None, "lora_config": None, "context_phase_params": None,
+    "skip_cross_attn_blocks": None, "retention_token_range_starts": None,
+    "retention_token_range_ends": None, "retention_token_range_priorities": None,
+    "retention_token_range_durations_ms": None, "retention_decode_priority": None,
+    "retention_decode_duration_ms": None, "guided_decoding_guide_type": None,
+    "guided_decoding_guide": None, "lookahead_window_size": None, "lookahead_ngram_size": None,
+    "lookahead_verification_set_size": None, "beam_width": 1, "num_return_sequences": 1,
+}
+_TRUE = {"true", "1", "t", "y", "yes"}
+
+
+def _param(parameters, key, default=None):
+    value = parameters.get(key, {}).get("string_value")
+    return default if value in (None, "") else value
+
+
+def _array(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _scalar(request, name, cast, default=None):
+    array = _array(request, name)
+    if array is None or array.size == 0:
+        return default
+    return cast(array.reshape(-1)[0])
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
+        parameters = self.model_config.get("parameters", {})
+        engine_dir = Path(_param(parameters, "gpt_model_path"))
+        engine_config = json.loads((engine_dir / "config.json").read_text(encoding="utf-8"))
+        if engine_config.get("runtime") != "reference":
+            raise pb_utils.TritonModelException(
+                f"{engine_dir} is not a reference-runtime engine folder; render with --runtime tensorrtllm for TensorRT engines"
+            )
+        max_tokens = _param(parameters, "max_tokens_in_paged_kv_cache")
+        queue = self.model_config.get("dynamic_batching", {}).get("default_queue_policy", {})
+        limits = EngineLimits.from_build_config(
+            engine_config["build_config"],
+            max_tokens_in_paged_kv_cache=int(max_tokens) if max_tokens else None,
+            enable_kv_cache_reuse=str(_param(parameters, "enable_kv_cache_reuse", "false")).lower() in _TRUE,
+            max_queue_size=int(queue.get("max_queue_size", 0) or 0),
+        )
+        self.exclude_input_default = str(_param(parameters, "exclude_input_in_output", "false")).lower() in _TRUE
+        self.engine = ReferenceEngine(engine_dir / "model", limits)
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                self._start(request, request.get_response_sender())
+            return None
+        done, results = [], []
+        for request in requests:
+            finished = threading.Event()
+            holder = {}
+            self._start(request, _Collector(holder, finished))
+            done.append(finished)
+            results.append(holder)
+        for finished in done:
+            finished.wait()
+        return [holder["response"] for holder in results]
+
+    def _start(self, request, sender):
+        try:
+            job, streaming, exclude_input, flags = self._parse(request)
+            if streaming and not self.decoupled:
+                raise RequestError("streaming needs the decoupled transaction policy; render with --decoupled")
+        except (RequestError, ValueError, TypeError) as error:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        prompt = list(job.input_ids)
+        cum = {"logprob": 0.0}
+
+        def on_event(event):
+            if event.error:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(event.error)),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return
+            if streaming:
+                if event.new_tokens or event.finished:
+                    response = self._response(event, event.new_tokens, prompt, flags, cum, streaming=True)
+                    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if event.finished else 0
+                    if event.new_tokens:
+                        sender.send(response, flags=final)
+                    elif final:
+                        sender.send(flags=final)
+                return
+            if event.finished:
+                ids = event.tokens if exclude_input else prompt + event.tokens
+                sender.send(self._response(event, ids, prompt, flags, cum, streaming=False),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        probe = getattr(sender, "is_cancelled", None)
+        try:
+            self.engine.submit(job, on_event, is_cancelled=probe)
+        except RequestError as error:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _parse(self, request):
+        for name, neutral in UNSUPPORTED.items():
+            array = _array(request, name)
+            if array is None:
+                continue
+            if neutral is not None and array.size and all(v == neutral for v in array.reshape(-1).tolist()):
+                continue
+            raise RequestError(f"Input '{name}' is not supported by the reference runtime (CPU); leave it unset.")
+        input_ids = _array(request, "input_ids")
+        if input_ids is None:
+            raise RequestError("input_ids is required")
+        ids = input_ids.reshape(-1).tolist()
+        length = _scalar(request, "input_lengths", int, len(ids))
+        ids = [int(t) for t in ids[:length]]
+        max_new = _scalar(request, "request_output_len", int)
+        if max_new is None:
+            raise RequestError("request_output_len is required")
+        top_k = _scalar(request, "runtime_top_k", int, 0)
+        top_p = _scalar(request, "runtime_top_p", float, 0.0)
+        sampling = SamplingOptions(
+            temperature=_scalar(request, "temperature", float, 1.0),
+            top_k=top_k,
+            top_p=top_p,
+            seed=_scalar(request, "seed", int),
+            min_tokens=_scalar(request, "min_tokens", int, 0),
+            bad_words=tuple(tuple(w) for w in from_word_list(_array(request, "bad_words_list"))),
+        )
+        job = GenerationRequest(
+            input_ids=ids,
+            max_new_tokens=max_new,
+            end_id=_scalar(request, "end_id", int),
+            stop_words=from_word_list(_array(request, "stop_words_list")),
+            sampling=sampling,
+            streaming=_scalar(request, "streaming", bool, False),
+            return_log_probs=_scalar(request, "return_log_probs", bool, False),
+        )
+        self.engine.validate(job)
+        exclude = _scalar(request, "exclude_input_in_output", bool, self.exclude_input_default)
+        flags = {
+            "return_log_probs": job.return_log_probs,
+            "return_perf_metrics": _scalar(request, "return_perf_metrics", bool, False),
+            "return_num_input_tokens": _scalar(request, "return_num_input_tokens", bool, False),
+            "return_num_output_tokens": _scalar(request, "return_num_output_tokens", bool, False),
+        }
+        return job, job.streaming, exclude, flags
+
+    def _response(self, event, ids, prompt, flags, cum, streaming):
+        tensors = [
+            pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32).reshape(1, 1, len(ids))),
+            pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
+        ]
+        if flags["return_log_probs"]:
+            if streaming:
+                chunk = event.logprobs[len(event.tokens) - len(event.new_tokens):]
+            else:
+                chunk = event.logprobs
+            cum["logprob"] = float(sum(event.logprobs))
+            tensors.append(pb_utils.Tensor("cum_log_probs", np.array([[cum["logprob"]]], dtype=np.float32)))
+            tensors.append(pb_utils.Tensor("output_log_probs", np.array(chunk, dtype=np.float32).reshape(1, 1, -1)))
+        if flags["return_perf_metrics"]:
+            for name, value in event.timings_ns.items():
+                tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int64)))
+        if flags["return_num_input_tokens"]:
+            tensors.append(pb_utils.Tensor("num_input_tokens", np.array([[len(prompt)]], dtype=np.int32)))
+        if flags["return_num_output_tokens"]:
+            tensors.append(pb_utils.Tensor("num_output_tokens", np.array([[len(event.tokens)]], dtype=np.int32)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def finalize(self):
+        self.engine.close()
+
+
+class _Collector:
+    """A response sender for the non-decoupled mode: keeps the final response for execute()."""
+
+    def __init__(self, holder, finished):
+        self.holder, self.finished = holder, finished
+
+    def send(self, response=None, flags=0):
+        if response is not None:
+            self.holder["response"] = response
+        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.finished.set()

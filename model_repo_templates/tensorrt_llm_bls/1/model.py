@@ -1,0 +1,177 @@
+"""tensorrt_llm_bls: preprocessing -> tensorrt_llm -> postprocessing in one Python model.
+
+Written for this repository (tensor names follow NVIDIA's tensorrtllm_backend contract). Streaming
+text is exact: for every streamed chunk the tokens generated so far are decoded (through the
+postprocessing model) and only the new suffix is sent, holding back a trailing incomplete UTF-8
+character, so the joined chunks equal the non-streamed text, spaces and multi-byte characters
+included. accumulate_tokens=true sends the whole text so far in each chunk instead of the suffix.
+Text models only: the multimodal inputs are declared for client compatibility and refused.
+Each instance serves one request at a time; render sets the instance count (default: the engine's
+max_batch_size) so that many requests can stream at once.
+"""
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_TRUE = {"true", "1", "t", "y", "yes"}
+_MULTIMODAL = ("image_input", "image_bytes_input", "image_url_input", "image_sizes_input", "video_bytes_input")
+# BLS input -> preprocessing input
+_TO_PRE = {
+    "text_input": "QUERY", "decoder_text_input": "DECODER_QUERY", "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT", "stop_words": "STOP_WORDS_DICT", "embedding_bias_words": "EMBEDDING_BIAS_WORDS",
+    "embedding_bias_weights": "EMBEDDING_BIAS_WEIGHTS", "end_id": "END_ID", "pad_id": "PAD_ID",
+    "prompt_table_extra_id": "PROMPT_TABLE_EXTRA_ID",
+}
+# preprocessing output -> tensorrt_llm input
+_PRE_TO_LLM = {
+    "INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths", "REQUEST_OUTPUT_LEN": "request_output_len",
+    "DECODER_INPUT_ID": "decoder_input_ids", "REQUEST_DECODER_INPUT_LEN": "decoder_input_lengths",
+    "BAD_WORDS_IDS": "bad_words_list", "STOP_WORDS_IDS": "stop_words_list", "EMBEDDING_BIAS": "embedding_bias",
+    "OUT_END_ID": "end_id", "OUT_PAD_ID": "pad_id", "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
+}
+# BLS input -> tensorrt_llm input (passed through unchanged)
+_TO_LLM = {
+    "exclude_input_in_output": "exclude_input_in_output", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
+    "temperature": "temperature", "length_penalty": "len_penalty", "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "seed": "seed", "return_log_probs": "return_log_probs", "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits", "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width", "stream": "streaming", "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size", "lora_task_id": "lora_task_id", "lora_weights": "lora_weights",
+    "lora_config": "lora_config", "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens", "return_num_output_tokens": "return_num_output_tokens",
+    "guided_decoding_guide_type": "guided_decoding_guide_type", "guided_decoding_guide": "guided_decoding_guide",
+}
+# tensorrt_llm outputs passed through to the client
+_PASS_OUT = (
+    "cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index", "sequence_index",
+    "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "arrival_time_ns",
+    "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
+    "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens", "num_output_tokens",
+)
+
+
+class BlsError(Exception):
+    pass
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
+        parameters = self.model_config.get("parameters", {})
+        self.accumulate = str(parameters.get("accumulate_tokens", {}).get("string_value", "")).lower() in _TRUE
+        name = parameters.get("tensorrt_llm_model_name", {}).get("string_value", "")
+        self.llm_model = name or "tensorrt_llm"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            sender = request.get_response_sender() if self.decoupled else None
+            try:
+                final = self._serve(request, sender)
+            except Exception as error:  # noqa: BLE001 - the message goes back to the client
+                final = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
+            if self.decoupled:
+                if final is not None:
+                    sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                responses.append(final)
+        return None if self.decoupled else responses
+
+    # -- one request -------------------------------------------------------------------------------
+    def _serve(self, request, sender):
+        for name in _MULTIMODAL:
+            if pb_utils.get_input_tensor_by_name(request, name) is not None:
+                raise BlsError(f"Input '{name}' is not supported: this repository serves text-only models.")
+        stream_tensor = pb_utils.get_input_tensor_by_name(request, "stream")
+        streaming = bool(stream_tensor.as_numpy().reshape(-1)[0]) if stream_tensor is not None else False
+        if streaming and not self.decoupled:
+            raise BlsError("stream=true needs the decoupled transaction policy; render with --decoupled.")
+
+        pre_inputs = []
+        for source, target in _TO_PRE.items():
+            tensor = pb_utils.get_input_tensor_by_name(request, source)
+            if tensor is not None:
+                pre_inputs.append(pb_utils.Tensor(target, tensor.as_numpy()))
+        pre = self._exec("preprocessing", pre_inputs, ["INPUT_ID", "REQUEST_INPUT_LEN"] + [
+            k for k in _PRE_TO_LLM if k not in ("INPUT_ID", "REQUEST_INPUT_LEN")])
+        llm_inputs = []
+        for source, target in _PRE_TO_LLM.items():
+            tensor = pb_utils.get_output_tensor_by_name(pre, source)
+            if tensor is not None:
+                llm_inputs.append(pb_utils.Tensor(target, tensor.as_numpy()))
+        for source, target in _TO_LLM.items():
+            tensor = pb_utils.get_input_tensor_by_name(request, source)
+            if tensor is not None:  # inputs with `reshape: []` arrive without their [1] dimension
+                array = tensor.as_numpy()
+                llm_inputs.append(pb_utils.Tensor(target, array.reshape(1, -1) if array.ndim == 1 else array))
+
+        llm_request = pb_utils.InferenceRequest(
+            model_name=self.llm_model, inputs=llm_inputs, requested_output_names=["output_ids", "sequence_length", *_PASS_OUT]
+        )
+        tokens, sent_text, last = [], "", None
+        # tensorrt_llm is rendered with the same transaction policy as this model
+        responses = llm_request.exec(decoupled=True) if self.decoupled else [llm_request.exec()]
+        for response in responses:
+            if sender is not None and sender.is_cancelled():
+                cancel = getattr(responses, "cancel", None)
+                if callable(cancel):
+                    cancel()
+                return None
+            if response.has_error():
+                raise BlsError(response.error().message())
+            ids_tensor = pb_utils.get_output_tensor_by_name(response, "output_ids")
+            if ids_tensor is None:  # the empty final flag of a decoupled stream
+                continue
+            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)
+            new = ids_tensor.as_numpy().reshape(-1)[: int(lengths[0])].tolist()
+            tokens.extend(new)
+            last = response
+            if not streaming:
+                continue
+            text = self._detokenize(tokens)
+            if text.endswith("\ufffd"):  # an incomplete character: wait for its next bytes
+                continue
+            delta = text if self.accumulate else text[len(sent_text):] if text.startswith(sent_text) else text
+            if delta:
+                sender.send(self._text_response(delta, response))
+                sent_text = text
+        text = self._detokenize(tokens)
+        if not streaming:
+            return self._text_response(text, last)
+        rest = text if self.accumulate else text[len(sent_text):] if text.startswith(sent_text) else ""
+        return self._text_response(rest, last) if rest else None
+
+    def _detokenize(self, tokens):
+        if not tokens:
+            return ""
+        post = self._exec(
+            "postprocessing",
+            [
+                pb_utils.Tensor("TOKENS_BATCH", np.array(tokens, dtype=np.int32).reshape(1, 1, -1)),
+                pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], dtype=np.int32)),
+            ],
+            ["OUTPUT"],
+        )
+        value = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy().reshape(-1)[0]
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+    def _exec(self, model, inputs, outputs):
+        response = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs).exec()
+        if response.has_error():
+            raise BlsError(f"{model}: {response.error().message()}")
+        return response
+
+    def _text_response(self, text, llm_response):
+        tensors = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=object))]
+        if llm_response is not None:
+            for name in _PASS_OUT:
+                tensor = pb_utils.get_output_tensor_by_name(llm_response, name)
+                if tensor is not None:
+                    tensors.append(pb_utils.Tensor(name, tensor.as_numpy()))
+        return pb_utils.InferenceResponse(output_tensors=tensors)

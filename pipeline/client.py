@@ -1,0 +1,167 @@
+"""Requests for NVIDIA-style `ensemble` / `tensorrt_llm_bls` models over Triton gRPC.
+
+`build_inputs` is a small pure function shared by the sync helper here, smoke and bench; its
+InferInput objects work with both tritonclient.grpc and tritonclient.grpc.aio (the aio client uses
+the same class). `generate` is a blocking helper that always uses the gRPC stream API (the models
+are decoupled) and sets the `stream` input to choose streamed or whole responses.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """The inputs NVIDIA's ensemble and BLS models take (None: not sent, the server default applies)."""
+
+    prompt: str
+    max_tokens: int = 32
+    stream: bool = False
+    stop_words: tuple[str, ...] = ()
+    bad_words: tuple[str, ...] = ()
+    end_id: int | None = None
+    pad_id: int | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    min_tokens: int | None = None
+    exclude_input_in_output: bool | None = True
+    return_log_probs: bool = False
+    return_perf_metrics: bool = False
+    return_num_output_tokens: bool = True
+
+
+@dataclass
+class GenerateResult:
+    text: str = ""
+    chunks: list[str] = field(default_factory=list)
+    responses: int = 0
+    output_tokens: int | None = None
+    cum_log_probs: float | None = None
+    output_log_probs: list[float] = field(default_factory=list)
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    error: str | None = None
+    perf: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def build_inputs(request: GenerateRequest) -> list:
+    """GenerateRequest -> list[tritonclient.grpc.InferInput] (batch dimension 1)."""
+    from tritonclient.grpc import InferInput
+
+    def tensor(name: str, array: np.ndarray, dtype: str):
+        item = InferInput(name, list(array.shape), dtype)
+        item.set_data_from_numpy(array)
+        return item
+
+    inputs = [
+        tensor("text_input", np.array([[request.prompt.encode("utf-8")]], dtype=object), "BYTES"),
+        tensor("max_tokens", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
+        tensor("stream", np.array([[request.stream]], dtype=bool), "BOOL"),
+    ]
+    for name, words in (("stop_words", request.stop_words), ("bad_words", request.bad_words)):
+        if words:
+            inputs.append(tensor(name, np.array([[w.encode("utf-8") for w in words]], dtype=object), "BYTES"))
+    scalars = (
+        ("end_id", request.end_id, np.int32, "INT32"),
+        ("pad_id", request.pad_id, np.int32, "INT32"),
+        ("top_k", request.top_k, np.int32, "INT32"),
+        ("top_p", request.top_p, np.float32, "FP32"),
+        ("temperature", request.temperature, np.float32, "FP32"),
+        ("seed", request.seed, np.uint64, "UINT64"),
+        ("min_tokens", request.min_tokens, np.int32, "INT32"),
+        ("exclude_input_in_output", request.exclude_input_in_output, bool, "BOOL"),
+        ("return_log_probs", request.return_log_probs or None, bool, "BOOL"),
+        ("return_perf_metrics", request.return_perf_metrics or None, bool, "BOOL"),
+        ("return_num_output_tokens", request.return_num_output_tokens or None, bool, "BOOL"),
+    )
+    for name, value, np_type, triton_type in scalars:
+        if value is not None:
+            inputs.append(tensor(name, np.array([[value]], dtype=np_type), triton_type))
+    return inputs
+
+
+def is_final(result) -> bool:
+    """True for the response that ends a decoupled stream."""
+    parameters = result.get_response().parameters
+    return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
+
+
+def collect_response(result, into: GenerateResult, raw: list[bytes]) -> None:
+    """Fold one streamed response into a GenerateResult (text bytes kept raw for an exact join)."""
+    text = result.as_numpy("text_output")
+    if text is not None:
+        for item in text.reshape(-1):
+            piece = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            raw.append(piece)
+            into.chunks.append(piece.decode("utf-8", errors="replace"))
+        into.responses += 1
+    count = result.as_numpy("num_output_tokens")
+    if count is not None:
+        into.output_tokens = max(into.output_tokens or 0, int(count.reshape(-1)[0]))  # cumulative when streaming
+    cum = result.as_numpy("cum_log_probs")
+    if cum is not None:
+        into.cum_log_probs = float(cum.reshape(-1)[0])
+    logprobs = result.as_numpy("output_log_probs")
+    if logprobs is not None:
+        into.output_log_probs.extend(float(v) for v in logprobs.reshape(-1))
+    for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
+        value = result.as_numpy(name)
+        if value is not None:
+            into.perf[name] = int(value.reshape(-1)[0])
+
+
+def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+             **options) -> GenerateResult:
+    """One request through the gRPC stream API; never raises for a server-side error (see .error)."""
+    import tritonclient.grpc as grpcclient
+
+    request = prompt if isinstance(prompt, GenerateRequest) else GenerateRequest(prompt=prompt, **options)
+    result, raw = GenerateResult(), []
+    events: queue.Queue = queue.Queue()
+    started = time.perf_counter()
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.start_stream(callback=lambda result=None, error=None: events.put((result, error)))
+        client.async_stream_infer(model, build_inputs(request), request_id=uuid.uuid4().hex[:12],
+                                  enable_empty_final_response=True)
+        deadline = started + timeout_s
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                result.error = f"no final response within {timeout_s:.0f} s"
+                break
+            try:
+                response, error = events.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if error is not None:
+                result.error = str(getattr(error, "message", lambda: error)() if callable(getattr(error, "message", None)) else error)
+                break
+            before = result.responses
+            collect_response(response, result, raw)
+            if result.responses > before and result.ttft_s is None:
+                result.ttft_s = time.perf_counter() - started
+            if is_final(response):
+                break
+    finally:
+        try:
+            client.stop_stream(cancel_requests=result.error is not None)
+        finally:
+            client.close()
+    result.latency_s = time.perf_counter() - started
+    result.text = b"".join(raw).decode("utf-8", errors="replace")
+    return result

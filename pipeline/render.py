@@ -1,0 +1,397 @@
+"""render: an engine folder -> a Triton model repository (preprocessing, tensorrt_llm, postprocessing,
+ensemble, tensorrt_llm_bls) from the Jinja templates in model_repo_templates/.
+
+Values the engine fixes (max_batch_size, beam width, tokenizer) come from the engine folder's
+config.json; operators choose the rest (RenderSpec). The repository is written to a temporary folder,
+checked there, and renamed into place only when every check passed:
+
+  - each config.pbtxt parses into Triton's own ModelConfig protobuf;
+  - no `${`, `{{` or `{%` survives anywhere in the repository;
+  - every ensemble step maps only tensors its model declares, and every tensor it reads is produced;
+  - the tensorrt_llm model's tensors and parameter keys match the pinned release's reference tables
+    (../shared/reference/ or $PIPELINE_REFERENCE_DIR) when they are available.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.artifacts import atomic_dir, build_manifest, folder_hash, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.paths import build_root, safe_name
+from pipeline.versions import TRTLLM_VERSION
+
+Runtime = Literal["tensorrtllm", "reference"]
+MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+LOGITS_DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
+# tensorrt_llm parameter keys of the pinned release that are rendered only when set (the backend
+# treats a missing key as unset): multi-GPU placement, encoder-decoder, LoRA, speculative decoding,
+# sliding windows, guided decoding.
+UNSET_PARAMETER_KEYS = (
+    "encoder_model_path", "max_tokens_in_paged_kv_cache", "max_attention_window_size", "sink_token_length",
+    "cross_kv_cache_fraction", "gpu_device_ids", "participant_ids", "lora_cache_optimal_adapter_size",
+    "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction", "lora_cache_host_memory_bytes",
+    "lora_prefetch_dir", "decoding_mode", "lookahead_window_size", "lookahead_ngram_size",
+    "lookahead_verification_set_size", "medusa_choices", "eagle_choices", "guided_decoding_backend",
+    "xgrammar_tokenizer_info_path",
+)
+_LEFTOVER_MARKERS = ("${", "{{", "{%")
+
+
+class RenderSpec(BaseModel):
+    """Everything that decides a rendered repository. Frozen, validated once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Path = Field(description="engine folder (trtllm-build output or reference runtime folder)")
+    tokenizer: Path | None = Field(None, description="tokenizer folder (default: <engine>/tokenizer)")
+    runtime: Runtime | None = Field(None, description="default: the engine's config.json 'runtime', else tensorrtllm")
+    out: Path | None = Field(None, description="default: build/<model>/triton/<profile-id>/")
+    decoupled: bool = True
+    batching_strategy: Literal["inflight_fused_batching", "inflight_batching", "V1"] = "inflight_fused_batching"
+    batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
+    kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
+    max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
+    enable_kv_cache_reuse: bool | None = Field(None, description="default: true for tensorrtllm, false for reference")
+    enable_chunked_context: bool = False
+    exclude_input_in_output: bool = False
+    max_queue_delay_us: int = Field(0, ge=0)
+    max_queue_size: int = Field(0, ge=0, description="0: unlimited")
+    queue_timeout_us: int = Field(0, ge=0, description="0: requests wait in the queue without a deadline")
+    instances: int = Field(1, ge=1, description="preprocessing and postprocessing instances")
+    bls_instances: int | None = Field(None, ge=1, description="default: the engine's max_batch_size")
+    logits_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    force: bool = False
+
+
+class RenderResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    repo: Path
+    runtime: Runtime
+    models: list[str]
+    max_batch_size: int
+    engine: Path
+    tokenizer: Path
+    checks: dict[str, str]
+    reused: bool
+    duration_s: float
+
+
+def templates_dir() -> Path:
+    override = os.environ.get("PIPELINE_TEMPLATES_DIR")
+    path = Path(override) if override else Path(__file__).resolve().parents[1] / "model_repo_templates"
+    if not (path / "ensemble" / "config.pbtxt.j2").is_file():
+        raise StageFailedError(f"Model repository templates not found in {path}.",
+                               hint="Run from the project checkout or set PIPELINE_TEMPLATES_DIR.")
+    return path
+
+
+def reference_tables_dir() -> Path | None:
+    override = os.environ.get("PIPELINE_REFERENCE_DIR")
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "reference"
+    return path if (path / "triton_trtllm_model_io.tsv").is_file() else None
+
+
+def read_engine_config(engine: Path) -> dict:
+    path = Path(engine) / "config.json"
+    if not path.is_file():
+        raise InvalidInputError(f"{engine} is not an engine folder: it has no config.json.",
+                                hint="Point --engine at the folder `pipeline build` wrote (build/<model>/engines/<profile-id>/).")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"{path} is not valid JSON: {error}.", hint="Rebuild the engine.") from error
+    if not isinstance(config.get("build_config"), dict) or "max_batch_size" not in config["build_config"]:
+        raise InvalidInputError(f"{path} has no build_config.max_batch_size.",
+                                hint="Expected trtllm-build's config.json or a reference-runtime engine folder.")
+    return config
+
+
+def default_out_dir(engine: Path) -> Path:
+    engine = Path(engine).resolve()
+    if engine.parent.name != "engines":
+        raise InvalidInputError(f"Cannot tell the model and profile of {engine}: it is not under build/<model>/engines/.",
+                                hint="Pass --out DIR for the rendered repository.")
+    model, profile_id = safe_name(engine.parents[1].name, what="model name"), safe_name(engine.name, what="profile id")
+    root = engine.parents[2] if engine.parents[2] else build_root()
+    return root / model / "triton" / profile_id
+
+
+def render(spec: RenderSpec) -> RenderResult:
+    started = time.time()
+    engine = Path(spec.engine).resolve()
+    config = read_engine_config(engine)
+    build_config = config["build_config"]
+    runtime: Runtime = spec.runtime or ("reference" if config.get("runtime") == "reference" else "tensorrtllm")
+    if runtime == "reference" and config.get("runtime") != "reference":
+        raise InvalidInputError(f"{engine} holds TensorRT engines; the reference runtime needs a reference engine folder.",
+                                hint="Render it with --runtime tensorrtllm, or build with `pipeline build --gpu cpu`.")
+    if runtime == "tensorrtllm" and config.get("runtime") == "reference":
+        raise InvalidInputError(f"{engine} is a reference-runtime folder (HF checkpoint), not TensorRT engines.",
+                                hint="Render it with --runtime reference, or build for a GPU with `pipeline build --gpu <gpu>`.")
+    if runtime == "reference" and not (engine / "model" / "config.json").is_file():
+        raise InvalidInputError(f"{engine}/model/ holds no HF checkpoint.", hint="Rebuild with `pipeline build --gpu cpu`.")
+    tokenizer = Path(spec.tokenizer).resolve() if spec.tokenizer else engine / "tokenizer"
+    if not tokenizer.is_dir() or not any(tokenizer.glob("tokenizer*")):
+        raise InvalidInputError(f"No tokenizer in {tokenizer}.", hint="Pass --tokenizer DIR (the HF checkpoint folder).")
+    out = Path(spec.out).resolve() if spec.out else default_out_dir(engine)
+    templates = templates_dir()
+    context = template_context(spec, runtime, engine, tokenizer, build_config)
+    inputs = {
+        "spec": spec.model_dump(mode="json"),
+        "runtime": runtime,
+        "engine_config": sha256_json(config),
+        "templates": folder_hash(templates),
+        "context": context,
+    }
+    inputs_hash = sha256_json(inputs)
+    if not spec.force and is_up_to_date(out, inputs_hash):
+        return _result(out, runtime, context, engine, tokenizer, {"reused": "same inputs as the existing repository"},
+                       True, started)
+    with atomic_dir(out) as tmp:
+        write_repository(templates, tmp, context, runtime)
+        checks = check_repository(tmp)
+        manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine)}
+        write_json_atomic(tmp / "manifest.json", build_manifest(
+            stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
+            packages=("jinja2", "tritonclient"), extra=manifest_extra))
+    return _result(out, runtime, context, engine, tokenizer, checks, False, started)
+
+
+def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer: Path, build_config: dict) -> dict:
+    max_batch_size = int(build_config["max_batch_size"])
+    reuse = spec.enable_kv_cache_reuse if spec.enable_kv_cache_reuse is not None else runtime == "tensorrtllm"
+    parameters = {
+        "max_beam_width": str(int(build_config.get("max_beam_width", 1))),
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "gpt_model_type": spec.batching_strategy,
+        "gpt_model_path": str(engine),
+        "batch_scheduler_policy": spec.batch_scheduler_policy,
+        "kv_cache_free_gpu_mem_fraction": f"{spec.kv_cache_free_gpu_mem_fraction:g}",
+        "kv_cache_host_memory_bytes": "0",
+        "kv_cache_onboard_blocks": "true",
+        "exclude_input_in_output": _bool(spec.exclude_input_in_output),
+        "enable_kv_cache_reuse": _bool(reuse),
+        "enable_chunked_context": _bool(spec.enable_chunked_context),
+        "normalize_log_probs": "true",
+        "cancellation_check_period_ms": "100",
+        "stats_check_period_ms": "100",
+        "iter_stats_max_iterations": "1000",
+        "request_stats_max_iterations": "0",
+        "num_nodes": "1",
+        "gpu_weights_percent": "1.0",
+        "enable_context_fmha_fp32_acc": "false",
+        "multi_block_mode": "true",
+        "cuda_graph_mode": "false",
+        "cuda_graph_cache_size": "0",
+        "speculative_decoding_fast_logits": "false",
+        "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
+        "tokenizer_dir": str(tokenizer),
+    }
+    if spec.max_tokens_in_paged_kv_cache:
+        parameters["max_tokens_in_paged_kv_cache"] = str(spec.max_tokens_in_paged_kv_cache)
+    return {
+        "runtime": runtime,
+        "trtllm_version": TRTLLM_VERSION,
+        "triton_backend": "python" if runtime == "reference" else "tensorrtllm",
+        "triton_max_batch_size": max_batch_size,
+        "decoupled_mode": _bool(spec.decoupled),
+        "max_queue_delay_microseconds": spec.max_queue_delay_us,
+        "max_queue_size": spec.max_queue_size,
+        "queue_timeout_microseconds": spec.queue_timeout_us,
+        "logits_datatype": LOGITS_DTYPES[spec.logits_dtype],
+        "encoder_input_features_data_type": "TYPE_FP16",
+        "prompt_embedding_table_data_type": "TYPE_FP16",
+        "tokenizer_dir": str(tokenizer),
+        "add_special_tokens": "true",
+        "skip_special_tokens": "true",
+        "preprocessing_instance_count": spec.instances,
+        "postprocessing_instance_count": spec.instances,
+        "bls_instance_count": spec.bls_instances or max_batch_size,
+        "accumulate_tokens": "false",
+        "tensorrt_llm_parameters": parameters,
+    }
+
+
+def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime) -> None:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    for model in MODELS:
+        source = templates / model
+        target = out / model
+        (target / "1").mkdir(parents=True, exist_ok=True)
+        try:
+            text = env.get_template(f"{model}/config.pbtxt.j2").render(**context)
+        except jinja2.UndefinedError as error:
+            raise StageFailedError(f"Template {model}/config.pbtxt.j2 uses a value render does not set: {error}.",
+                                   hint="This is a template bug; fix the template or render.template_context.") from error
+        (target / "config.pbtxt").write_text(text, encoding="utf-8")
+        model_py = source / "1" / "model.py"
+        if model_py.is_file() and not (model == "tensorrt_llm" and runtime == "tensorrtllm"):
+            shutil.copy2(model_py, target / "1" / "model.py")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+def parse_model_config(path: Path):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), config)
+    except text_format.ParseError as error:
+        raise StageFailedError(f"{path} does not parse as a Triton ModelConfig: {error}.",
+                               hint="A template renders invalid protobuf text; fix it in model_repo_templates/.") from error
+    return config
+
+
+def check_repository(repo: Path) -> dict[str, str]:
+    """Run every check on a rendered repository; raise StageFailedError naming the first problems."""
+    problems: list[str] = []
+    checks: dict[str, str] = {}
+    configs = {}
+    for model in MODELS:
+        path = repo / model / "config.pbtxt"
+        if not path.is_file():
+            problems.append(f"{model}/config.pbtxt is missing")
+            continue
+        configs[model] = parse_model_config(path)
+        if configs[model].name != model:
+            problems.append(f"{model}/config.pbtxt names the model {configs[model].name!r}")
+    checks["protobuf"] = f"{len(configs)} config.pbtxt parse into ModelConfig"
+    leftovers = [
+        f"{path.relative_to(repo)}: {marker}"
+        for path in sorted(repo.rglob("*")) if path.is_file() and path.suffix in (".pbtxt", ".py", ".json")
+        for marker in _LEFTOVER_MARKERS if marker in path.read_text(encoding="utf-8", errors="replace")
+    ]
+    problems += [f"unrendered template text in {item}" for item in leftovers]
+    checks["placeholders"] = "no ${, {{ or {% left"
+    if "ensemble" in configs:
+        problems += ensemble_problems(configs)
+        checks["ensemble"] = "every step maps declared tensors; every read tensor is produced"
+    tables = reference_tables_dir()
+    if tables is not None and "tensorrt_llm" in configs:
+        problems += contract_problems(configs["tensorrt_llm"], tables)
+        checks["contract"] = f"tensorrt_llm tensors and parameter keys match {tables}"
+    else:
+        checks["contract"] = "skipped: reference tables not found (set PIPELINE_REFERENCE_DIR)"
+    if problems:
+        raise StageFailedError("The rendered repository failed its checks:\n  " + "\n  ".join(problems[:20]),
+                               hint="Fix the templates in model_repo_templates/ (nothing was written to the output folder).")
+    return checks
+
+
+def ensemble_problems(configs: dict) -> list[str]:
+    ensemble = configs["ensemble"]
+    available = {t.name for t in ensemble.input}
+    produced: set[str] = set()
+    problems = []
+    for step in ensemble.ensemble_scheduling.step:
+        model = configs.get(step.model_name)
+        if model is None:
+            problems.append(f"ensemble step calls unknown model {step.model_name!r}")
+            continue
+        inputs, outputs = {t.name for t in model.input}, {t.name for t in model.output}
+        for key, value in step.input_map.items():
+            if key not in inputs:
+                problems.append(f"ensemble step {step.model_name}: input_map key {key!r} is not an input of the model")
+            if value not in available and value not in produced:
+                problems.append(f"ensemble step {step.model_name}: reads {value!r}, which nothing before it produces")
+        for key, value in step.output_map.items():
+            if key not in outputs:
+                problems.append(f"ensemble step {step.model_name}: output_map key {key!r} is not an output of the model")
+            produced.add(value)
+        required = {t.name for t in model.input if not t.optional}
+        missing = required - set(step.input_map.keys())
+        if missing:
+            problems.append(f"ensemble step {step.model_name}: required inputs {sorted(missing)} are not mapped")
+    for output in ensemble.output:
+        if output.name not in produced:
+            problems.append(f"ensemble output {output.name!r} is produced by no step")
+    return problems
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def tensor_signature(tensor, is_input: bool) -> dict[str, str]:
+    from tritonclient.grpc import model_config_pb2
+
+    dims = "[" + ", ".join(str(d) for d in tensor.dims) + "]"
+    return {
+        "data_type": model_config_pb2.DataType.Name(tensor.data_type),
+        "dims": dims,
+        "optional": ("yes" if tensor.optional else "no") if is_input else "no",
+        "allow_ragged_batch": ("yes" if tensor.allow_ragged_batch else "no") if is_input else "no",
+        "reshape": ("[" + ", ".join(str(d) for d in tensor.reshape.shape) + "]") if tensor.HasField("reshape") else "",
+    }
+
+
+def contract_problems(config, tables: Path, model: str = "tensorrt_llm") -> list[str]:
+    """Differences between a rendered model's tensors/parameter keys and the reference tables."""
+    problems = []
+    rows = [r for r in read_tsv(tables / "triton_trtllm_model_io.tsv") if r["model"] == model]
+    for direction, tensors in (("input", config.input), ("output", config.output)):
+        expected = {r["name"]: r for r in rows if r["direction"] == direction}
+        actual = {t.name: tensor_signature(t, direction == "input") for t in tensors}
+        for name in sorted(set(expected) - set(actual)):
+            problems.append(f"{model} {direction} {name!r} of the reference contract is missing")
+        for name in sorted(set(actual) - set(expected)):
+            problems.append(f"{model} {direction} {name!r} is not in the reference contract")
+        for name in sorted(set(actual) & set(expected)):
+            want, have = expected[name], actual[name]
+            for field in ("data_type", "dims", "optional", "allow_ragged_batch", "reshape"):
+                wanted = want[field]
+                if field == "data_type" and wanted.startswith("${"):
+                    continue  # a placeholder in the upstream template: any concrete type
+                if field == "dims":
+                    wanted = "[" + ", ".join(p.strip() for p in wanted.strip("[]").split(",") if p.strip()) + "]"
+                if have[field] != wanted:
+                    problems.append(f"{model} {direction} {name!r}: {field} is {have[field]!r}, the reference says {wanted!r}")
+    keys = {r["parameter_key"] for r in read_tsv(tables / "triton_trtllm_parameters.tsv")
+            if r["model"] == model and r["kind"] == "parameter"}
+    rendered = set(config.parameters.keys())
+    for key in sorted(rendered - keys):
+        problems.append(f"{model} parameter {key!r} is not a parameter of the pinned release")
+    for key in sorted(keys - rendered - set(UNSET_PARAMETER_KEYS)):
+        problems.append(f"{model} parameter {key!r} of the pinned release is neither rendered nor listed as unset")
+    return problems
+
+
+def _engine_profile(engine: Path) -> dict | None:
+    manifest = engine / "manifest.json"
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("profile") if manifest.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _result(out, runtime, context, engine, tokenizer, checks, reused, started) -> RenderResult:
+    return RenderResult(
+        repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
+        engine=engine, tokenizer=tokenizer, checks=checks, reused=reused, duration_s=round(time.time() - started, 3),
+    )
