@@ -56,6 +56,11 @@ def build(
     from pipeline.errors import InvalidInputError
 
     set_json(json_output)
+    if gpu == "auto":
+        from pipeline.doctor import detect_gpu_key
+
+        gpu = detect_gpu_key()
+        OUT.info(f"--gpu auto: {gpu}")
     if goal not in ("latency", "throughput"):
         raise InvalidInputError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
     spec = BuildSpec(
