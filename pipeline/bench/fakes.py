@@ -65,17 +65,20 @@ class FakeTransport:
     script: Callable[[BenchRequest], Script] = lambda request: Script()
     sent: list = field(default_factory=list)
 
-    async def stream(self, request: BenchRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Chunk | None, str | None]]:
         self.sent.append((request.index, self.time.now))
         plan = self.script(request)
         await self.time.sleep(plan.ttft)
         if plan.error:
-            yield Chunk(error=plan.error)
+            yield None, plan.error
             return
         for n in range(plan.tokens):
             if n:
                 await self.time.sleep(plan.gap)
-            yield Chunk(text=" w")
+            yield Chunk(text=" w"), None
+
+    def decode(self, payload: Chunk) -> Chunk:
+        return payload
 
 
 class WhitespaceTokenizer:

@@ -37,6 +37,19 @@ def level_rows(levels: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def terminal_rows(levels: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The same numbers folded into p50/p99 pairs, to fit a terminal."""
+    def pair(stats: dict[str, Any], digits: int = 1) -> str:
+        return f"{_f(stats['p50'], digits)} / {_f(stats['p99'], digits)}"
+
+    return [[lv["load"], f"{lv['completed']}/{lv['requests']}", _f(lv["error_rate"] * 100, 1), pair(lv["ttft_ms"]),
+             pair(lv["tpot_ms"], 2), pair(lv["latency_ms"]), _f(lv["output_tok_s"]), _f(lv["requests_s"], 2),
+             f"{_f(lv['isl']['mean'], 0)} / {_f(lv['osl']['mean'], 0)}"] for lv in levels]
+
+
+TERMINAL_COLUMNS = ["load", "ok", "err %", "TTFT ms p50/p99", "TPOT ms p50/p99", "latency ms p50/p99", "out tok/s",
+                    "req/s", "ISL/OSL"]
+
 LEVEL_COLUMNS = ["load", "ok", "err %", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
                  "latency p50 ms", "latency p99 ms", "out tok/s", "req/s", "ISL", "OSL"]
 

@@ -16,6 +16,8 @@ from typing import Awaitable, Callable, Iterator
 from pipeline.bench.transport import Transport
 from pipeline.bench.workload import BenchRequest
 
+_timeout = getattr(asyncio, "timeout", None)
+
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -34,14 +36,20 @@ class RequestRecord:
     last_t: float | None = None
     end_t: float | None = None
     chunk_t: list[float] = field(default_factory=list)
-    text_parts: list[str] = field(default_factory=list)
+    text_parts: list[str | bytes] = field(default_factory=list)
+    payloads: list = field(default_factory=list)  # the transport's raw responses until decoded
     error: str | None = None
     perf: dict[str, int] | None = None
     send_unix_ns: int = 0
 
     @property
     def text(self) -> str:
-        return "".join(self.text_parts)
+        """The streamed text. Parts may be raw bytes (decoded here, after the run, off the hot path);
+        joining bytes before decoding keeps multi-byte characters split across responses intact."""
+        parts = self.text_parts
+        if parts and all(isinstance(p, bytes) for p in parts):
+            return b"".join(parts).decode("utf-8", errors="replace")
+        return "".join(p.decode("utf-8", errors="replace") if isinstance(p, bytes) else p for p in parts)
 
     @property
     def ok(self) -> bool:
@@ -91,6 +99,9 @@ class Runner:
         try:
             if self.request_timeout_s is None:
                 await self._consume(request, record)
+            elif _timeout is not None:  # Python >= 3.11: no extra task per request
+                async with _timeout(self.request_timeout_s):
+                    await self._consume(request, record)
             else:
                 await asyncio.wait_for(self._consume(request, record), self.request_timeout_s)
         except asyncio.TimeoutError:
@@ -105,20 +116,29 @@ class Runner:
         return record
 
     async def _consume(self, request: BenchRequest, record: RequestRecord) -> None:
+        """The hot path: stamp the time and keep the payload; decoding waits until the level ends."""
         clock = self.clock
-        times, parts = record.chunk_t, record.text_parts
-        async for chunk in self.transport.stream(request):
+        times, payloads = record.chunk_t, record.payloads
+        async for payload, error in self.transport.stream(request):
             now = clock()
-            if chunk.error is not None:
-                record.error = chunk.error
+            if error is not None:
+                record.error = str(error)
                 return
             if record.first_t is None:
                 record.first_t = now
             record.last_t = now
             times.append(now)
-            parts.append(chunk.text)
-            if chunk.perf:
-                record.perf = chunk.perf if record.perf is None else {**record.perf, **chunk.perf}
+            payloads.append(payload)
+
+    def decode(self, records: list[RequestRecord]) -> None:
+        """Payloads to text parts and server timestamps, after the timing is over."""
+        for record in records:
+            for payload in record.payloads:
+                chunk = self.transport.decode(payload)
+                record.text_parts.append(chunk.text)
+                if chunk.perf:
+                    record.perf = chunk.perf if record.perf is None else {**record.perf, **chunk.perf}
+            record.payloads = []
 
     async def warmup(self, requests: list[BenchRequest], concurrency: int) -> None:
         """Requests that are sent and awaited but not recorded."""
@@ -131,7 +151,9 @@ class Runner:
             records = await self.concurrency_level(requests, load.concurrency, load.duration_s)
         else:
             records = await self.rate_level(requests, load)
-        return LevelRun(load=load, records=sorted(records, key=lambda r: r.index), start_t=start, end_t=self.clock())
+        end = self.clock()
+        self.decode(records)
+        return LevelRun(load=load, records=sorted(records, key=lambda r: r.index), start_t=start, end_t=end)
 
     async def concurrency_level(self, requests: Iterator[BenchRequest], concurrency: int, duration_s: float | None,
                                 *, record: bool = True) -> list[RequestRecord]:

@@ -117,43 +117,42 @@ def finish_level(run: LevelRun, tokenizer: Any) -> tuple[dict[str, Any], list[M.
     return M.level_summary(run, metrics), metrics
 
 
-async def _measure(spec: BenchSpec, transport: Transport, tokenizer: Any, pool: list[BenchRequest], loads: list[Load],
-                   metrics_url: str | None, on_done: Callable[[RequestRecord], None] | None,
-                   on_level: Callable[[Load], None] | None, result: BenchResult, pd_pools: dict | None) -> None:
-    runner = Runner(transport, request_timeout_s=spec.request_timeout_s, on_done=on_done)
+async def measure(spec: BenchSpec, runner: Runner, tokenizer: Any, pool: list[BenchRequest], result: BenchResult,
+                  metrics_url: str | None = None, on_level: Callable[[Load], None] | None = None) -> None:
+    """Warm up, then every level of the spec (or the prefill/decode sweep), appending to result."""
     driver = LevelDriver(runner, metrics_url)
     if spec.warmup:
         warm = list(cycle(pool, spec.warmup, start=-spec.warmup))
         await runner.warmup(warm, concurrency=min(spec.warmup, max(spec.concurrency)))
-    for load in loads:
+
+    async def level(load: Load, requests, label: str | None = None) -> dict[str, Any]:
         if on_level:
             on_level(load)
-        run, server = await driver.level(load, cycle(pool, load.requests))
+        run, server = await driver.level(load, requests)
         summary, per_request = finish_level(run, tokenizer)
+        if label:
+            summary["load"] = label
         result.levels.append(summary)
         result.requests.append(per_request)
         result.servers.append(server)
-    if pd_pools is not None:
-        pd = {"fixed_osl": spec.osl.mean, "fixed_isl": spec.isl.mean, "isl_sweep": [], "osl_sweep": []}
-        for kind, value, requests in pd_pools["points"]:
-            load = Load(concurrency=1, requests=len(requests))
-            if on_level:
-                on_level(load)
-            run, _ = await driver.level(load, iter(requests))
-            summary, per_request = finish_level(run, tokenizer)
-            summary["load"] = f"{kind}={value}"
-            result.levels.append(summary)
-            result.requests.append(per_request)
-            result.servers.append(None)
-            pd[f"{kind}_sweep"].append({kind: value, "ttft_ms_p50": summary["ttft_ms"]["p50"],
-                                        "tpot_ms_p50": summary["tpot_ms"]["p50"], "latency_ms_p50": summary["latency_ms"]["p50"]})
-        isl_fit = linear_fit([p["isl"] for p in pd["isl_sweep"] if p["ttft_ms_p50"]],
-                             [p["ttft_ms_p50"] for p in pd["isl_sweep"] if p["ttft_ms_p50"]])
-        ctx = [(spec.isl.mean + p["osl"] / 2, p["tpot_ms_p50"]) for p in pd["osl_sweep"] if p["tpot_ms_p50"]]
-        tpot_fit = linear_fit([c for c, _ in ctx], [t for _, t in ctx])
-        pd["ttft_ms_per_1k_isl"] = isl_fit[0] * 1000 if isl_fit else None
-        pd["tpot_ms_per_1k_context"] = tpot_fit[0] * 1000 if tpot_fit else None
-        result.prefill_decode = pd
+        return summary
+
+    if not spec.prefill_decode:
+        for load in plan_loads(spec):
+            await level(load, cycle(pool, load.requests))
+        return
+    pd = {"fixed_osl": spec.osl.mean, "fixed_isl": spec.isl.mean, "isl_sweep": [], "osl_sweep": []}
+    for kind, value, requests in prefill_decode_points(spec, tokenizer):
+        summary = await level(Load(concurrency=1, requests=len(requests)), iter(requests), f"{kind}={value}")
+        pd[f"{kind}_sweep"].append({kind: value, "ttft_ms_p50": summary["ttft_ms"]["p50"],
+                                    "tpot_ms_p50": summary["tpot_ms"]["p50"], "latency_ms_p50": summary["latency_ms"]["p50"]})
+    isl_pts = [(p["isl"], p["ttft_ms_p50"]) for p in pd["isl_sweep"] if p["ttft_ms_p50"] is not None]
+    ctx_pts = [(spec.isl.mean + p["osl"] / 2, p["tpot_ms_p50"]) for p in pd["osl_sweep"] if p["tpot_ms_p50"] is not None]
+    isl_fit = linear_fit([x for x, _ in isl_pts], [y for _, y in isl_pts])
+    tpot_fit = linear_fit([x for x, _ in ctx_pts], [y for _, y in ctx_pts])
+    pd["ttft_ms_per_1k_isl"] = isl_fit[0] * 1000 if isl_fit else None
+    pd["tpot_ms_per_1k_context"] = tpot_fit[0] * 1000 if tpot_fit else None
+    result.prefill_decode = pd
 
 
 def prefill_decode_points(spec: BenchSpec, tokenizer: Any) -> list[tuple[str, int, list[BenchRequest]]]:
@@ -221,13 +220,9 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
         tokenizer = load_tokenizer(tokenizer_dir)
     else:
         tokenizer_dir = spec.tokenizer
-    loads = plan_loads(spec)
     result = BenchResult(spec=spec, served_model=info.name, tokenizer_dir=tokenizer_dir)
-    pd_pools = None
-    if spec.prefill_decode:
-        loads = []
-        pd_pools = {"points": prefill_decode_points(spec, tokenizer)}
-    size = max([l.requests or DURATION_POOL for l in loads] + [spec.warmup, 1])
+    sizes = [] if spec.prefill_decode else [load.requests or DURATION_POOL for load in plan_loads(spec)]
+    size = max(sizes + [spec.warmup, 1])
     if spec.dataset:
         pool = dataset_requests(spec.dataset, tokenizer, spec.osl, seed=spec.seed)
     else:
@@ -237,8 +232,9 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
     async def main() -> None:
         own = transport is None
         t = transport or TritonTransport(spec.url, info, perf_metrics=spec.perf_metrics, timeout_s=None)
+        runner = Runner(t, request_timeout_s=spec.request_timeout_s, on_done=on_done)
         try:
-            await _measure(spec, t, tokenizer, pool, loads, metrics_url, on_done, on_level, result, pd_pools)
+            await measure(spec, runner, tokenizer, pool, result, metrics_url, on_level)
         finally:
             if own:
                 await t.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, NamedTuple, Protocol
 
 import numpy as np
 
@@ -19,17 +19,22 @@ from pipeline.errors import InvalidInputError, StageFailedError
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """One streamed response: its text (may be empty), or an error; perf holds server timestamps."""
+class Chunk(NamedTuple):
+    """One streamed response: its text (str, or raw UTF-8 bytes decoded after the run), or an
+    error; perf holds server timestamps. A tuple: it is made once per token on the hot path."""
 
-    text: str = ""
+    text: str | bytes = ""
     error: str | None = None
     perf: dict[str, int] | None = None
 
 
 class Transport(Protocol):
-    def stream(self, request: BenchRequest) -> AsyncIterator[Chunk]: ...
+    """stream() yields (payload, error) per response, error None when it is fine; decode(payload)
+    turns a payload into a Chunk after the run, so the hot path only stamps times."""
+
+    def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]: ...
+
+    def decode(self, payload: Any) -> Chunk: ...
 
 
 @dataclass(frozen=True)
@@ -124,28 +129,23 @@ class TritonTransport:
     async def close(self) -> None:
         await self.client.close()
 
-    async def stream(self, request: BenchRequest) -> AsyncIterator[Chunk]:
+    def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
+        """tritonclient's own response iterator, unwrapped: (InferResult, None) or (None, error).
+        gRPC failures raise from it and become the request's error in the runner."""
         inputs = build_request_inputs(request, self.info, perf_metrics=self.perf_metrics)
 
         async def one_request():
             yield {"model_name": self.info.name, "inputs": inputs, "request_id": str(request.index)}
 
-        responses = self.client.stream_infer(one_request(), stream_timeout=self.timeout_s)
-        try:
-            async for result, error in responses:
-                if error is not None:
-                    yield Chunk(error=str(error))
-                    return
-                yield _chunk(result, self.perf_metrics)
-        except Exception as error:  # gRPC failures (server gone, deadline) become data, never a crash
-            yield Chunk(error=f"{type(error).__name__}: {error}")
+        return self.client.stream_infer(one_request(), stream_timeout=self.timeout_s)
+
+    def decode(self, payload: Any) -> Chunk:
+        return _chunk(payload, self.perf_metrics)
 
 
 def _chunk(result: Any, perf_metrics: bool) -> Chunk:
-    text = ""
     out = result.as_numpy("text_output")
-    if out is not None:
-        text = "".join(v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in out.reshape(-1))
+    text = b"" if out is None else (out.item(0) if out.size == 1 else b"".join(out.reshape(-1)))
     perf = None
     if perf_metrics:
         values = {name: result.as_numpy(name) for name in PERF_OUTPUTS}

@@ -134,7 +134,7 @@ def dataset_requests(path: Path, tokenizer: Any, osl: Dist, seed: int = 0) -> li
         raise InvalidInputError(f"Dataset {path} holds no prompts.", hint="One {\"text_input\": ...} object per line.")
     isls = count_tokens(tokenizer, [p for p, _ in rows])
     drawn = sample_lengths(osl, len(rows), rng)
-    return [BenchRequest(index=i, prompt=p, isl=isl, max_tokens=o or d, min_tokens=None)
+    return [BenchRequest(index=i, prompt=p, isl=isl, max_tokens=d if o is None else o, min_tokens=None)
             for i, ((p, o), isl, d) in enumerate(zip(rows, isls, drawn))]
 
 

@@ -119,9 +119,9 @@ def bench(
 
 
 def _print(result) -> None:
-    from pipeline.bench.report import LEVEL_COLUMNS, level_rows
+    from pipeline.bench.report import TERMINAL_COLUMNS, terminal_rows
 
-    table = simple_table(f"{result.served_model} at {result.spec.url}", LEVEL_COLUMNS, level_rows(result.levels))
+    table = simple_table(f"{result.served_model} at {result.spec.url}", TERMINAL_COLUMNS, terminal_rows(result.levels))
     lines = [f"- {h.finding} ({h.measurement}): {h.action}" for h in result.hints]
     text = ("Diagnosis:\n" + "\n".join(lines) if lines else "Diagnosis: nothing stands out.") + f"\nReports: {result.out_dir}"
     if result.prediction:

@@ -109,3 +109,31 @@ def test_warmup_requests_are_sent_but_not_measured() -> None:
     assert len(run.records) == 3
     summary = level_summary(run, [request_metrics(r, 5) for r in run.records])
     assert summary["requests"] == 3 and summary["ttft_ms"]["p50"] == pytest.approx(100.0)
+
+
+def test_prefill_decode_sweep_reports_growth_and_the_chunked_context_hint() -> None:
+    """TTFT quadratic in ISL, TPOT linear in context: the sweep's fits and the hint must say so."""
+    from pipeline.bench.diagnosis import diagnose
+    from pipeline.bench.fakes import word_tokenizer
+    from pipeline.bench.session import BenchResult, measure
+    from pipeline.bench.spec import BenchSpec, Dist
+
+    def script(request):
+        return Script(ttft=1e-5 * request.isl ** 2, gap=0.01 + 1e-5 * (request.isl + request.max_tokens), tokens=request.max_tokens)
+
+    vt = VirtualTime()
+    spec = BenchSpec(url="fake:1", prefill_decode=True, pd_isl=(50, 100, 200), pd_osl=(10, 20, 40), requests=2,
+                     isl=Dist(mean=100), osl=Dist(mean=10), warmup=0)
+    result = BenchResult(spec=spec, served_model="fake", tokenizer_dir=None)
+    tokenizer = word_tokenizer()  # the fake streams " w" per token: one [UNK] token each
+
+    vt.run(measure(spec, _runner(vt, FakeTransport(vt, script)), tokenizer, [], result))
+    pd = result.prefill_decode
+    assert [p["isl"] for p in pd["isl_sweep"]] == [50, 100, 200]
+    assert [round(p["ttft_ms_p50"], 3) for p in pd["isl_sweep"]] == [25.0, 100.0, 400.0]
+    assert [lv["load"] for lv in result.levels] == ["isl=50", "isl=100", "isl=200", "osl=10", "osl=20", "osl=40"]
+    # TPOT = 10 ms + 0.01 ms per token of (ISL + OSL): per 1k tokens of mean context (ISL + OSL/2) that is 20 ms
+    assert pd["tpot_ms_per_1k_context"] == pytest.approx(20.0, rel=1e-6)
+    assert pd["ttft_ms_per_1k_isl"] > 0
+    hints = diagnose(result.levels, result.servers, pd)
+    assert any("TTFT p50 x16.0" in h.measurement and "ISL x4" in h.measurement for h in hints)

@@ -65,10 +65,13 @@ def test_run_bench_writes_every_request_and_the_plots(tmp_path: Path, tokenizer,
 
             await asyncio.sleep(0.002)
             if request.index == 3:
-                yield Chunk(error="bad request")
+                yield None, "bad request"
                 return
             for _ in range(request.max_tokens):
-                yield Chunk(text=" aaaa")
+                yield Chunk(text=" aaaa"), None
+
+        def decode(self, payload):
+            return payload
 
     spec = BenchSpec(url="fake:1", model="echo", concurrency=(1, 2), requests=6, isl=Dist(mean=16), osl=Dist(mean=4),
                      slo=(parse_slo("error_rate=0"), parse_slo("ttft_p99_ms=10000")), out=tmp_path / "reports", warmup=1)
