@@ -1,0 +1,91 @@
+"""`pipeline render`: an engine folder -> a checked Triton model repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
+from pipeline.output import OUT, simple_table
+from pipeline.render import RenderSpec, render as render_repo
+
+EngineOpt = Annotated[Path, typer.Option("--engine", help="Engine folder (build/<model>/engines/<profile-id>/).")]
+TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: <engine>/tokenizer).")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="tensorrtllm or reference (default: from the engine folder).")]
+DecoupledOpt = Annotated[bool, typer.Option("--decoupled/--no-decoupled", help="Decoupled transaction policy (needed for streaming).")]
+BatchingOpt = Annotated[str, typer.Option("--batching-strategy", help="inflight_fused_batching, inflight_batching or V1.")]
+SchedulerOpt = Annotated[str, typer.Option("--batch-scheduler-policy", help="guaranteed_no_evict or max_utilization.")]
+KvFractionOpt = Annotated[float, typer.Option("--kv-cache-free-gpu-mem-fraction", help="Share of free GPU memory for the KV cache.")]
+KvTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens-in-paged-kv-cache", help="Cap on KV-cache tokens.")]
+KvReuseOpt = Annotated[Optional[bool], typer.Option("--enable-kv-cache-reuse/--no-kv-cache-reuse",
+                                                    help="Prefix caching (default: on for tensorrtllm, off for reference).")]
+ChunkedOpt = Annotated[bool, typer.Option("--enable-chunked-context/--no-chunked-context", help="Context chunking.")]
+ExcludeOpt = Annotated[bool, typer.Option("--exclude-input-in-output/--include-input-in-output",
+                                          help="Default for requests that do not say: return only the completion.")]
+QueueDelayOpt = Annotated[int, typer.Option("--max-queue-delay-us", min=0, help="Dynamic-batcher queue delay (µs).")]
+QueueSizeOpt = Annotated[int, typer.Option("--max-queue-size", min=0, help="Queued requests before rejecting (0: unlimited).")]
+QueueTimeoutOpt = Annotated[int, typer.Option("--queue-timeout-us", min=0, help="Reject requests queued longer than this (0: never).")]
+InstancesOpt = Annotated[int, typer.Option("--instances", min=1, help="preprocessing/postprocessing instances.")]
+BlsInstancesOpt = Annotated[Optional[int], typer.Option("--bls-instances", min=1, help="BLS instances (default: engine max_batch_size).")]
+LogitsDtypeOpt = Annotated[str, typer.Option("--logits-dtype", help="fp32, fp16 or bf16.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render)
+
+
+def render(
+    engine: EngineOpt,
+    tokenizer: TokenizerOpt = None,
+    runtime: RuntimeOpt = None,
+    out: OutDirOpt = None,
+    decoupled: DecoupledOpt = True,
+    batching_strategy: BatchingOpt = "inflight_fused_batching",
+    batch_scheduler_policy: SchedulerOpt = "guaranteed_no_evict",
+    kv_cache_free_gpu_mem_fraction: KvFractionOpt = 0.9,
+    max_tokens_in_paged_kv_cache: KvTokensOpt = None,
+    enable_kv_cache_reuse: KvReuseOpt = None,
+    enable_chunked_context: ChunkedOpt = False,
+    exclude_input_in_output: ExcludeOpt = False,
+    max_queue_delay_us: QueueDelayOpt = 0,
+    max_queue_size: QueueSizeOpt = 0,
+    queue_timeout_us: QueueTimeoutOpt = 0,
+    instances: InstancesOpt = 1,
+    bls_instances: BlsInstancesOpt = None,
+    logits_dtype: LogitsDtypeOpt = "fp32",
+    force: ForceOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Render the Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS) for an engine."""
+    set_json(json_output)
+    spec = _spec_error(
+        RenderSpec, engine=engine, tokenizer=tokenizer, runtime=runtime, out=out, decoupled=decoupled,
+        batching_strategy=batching_strategy, batch_scheduler_policy=batch_scheduler_policy,
+        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
+        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache, enable_kv_cache_reuse=enable_kv_cache_reuse,
+        enable_chunked_context=enable_chunked_context, exclude_input_in_output=exclude_input_in_output,
+        max_queue_delay_us=max_queue_delay_us, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
+        instances=instances, bls_instances=bls_instances, logits_dtype=logits_dtype, force=force,
+    )
+    result = render_repo(spec)
+    rows = [["repository", result.repo], ["runtime", result.runtime], ["max_batch_size", result.max_batch_size],
+            ["models", ", ".join(result.models)], ["reused", result.reused]]
+    rows += [[f"check: {name}", detail] for name, detail in result.checks.items()]
+    OUT.result(result, table=simple_table("Triton model repository", ["what", "value"], rows))
+
+
+def _spec_error(cls, **values):
+    """Build a pydantic spec; a bad choice (runtime, strategy, dtype, model) becomes one InvalidInputError."""
+    from pydantic import ValidationError
+
+    from pipeline.errors import InvalidInputError
+
+    try:
+        return cls(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = "--" + str(first["loc"][0]).replace("_", "-")
+        raise InvalidInputError(f"{field}: {first['msg']} (got {first.get('input')!r}).",
+                                hint="See --help for the accepted values.") from None
