@@ -487,13 +487,13 @@ def wait_ready(server: TritonServer, timeout_s: float) -> None:
 
 
 def _warmup_target(client) -> tuple[str, object] | None:
-    """The first ready model that takes text_input and max_tokens (ensemble and BLS first)."""
+    """The first ready model that takes text_input, max_tokens and stream (ensemble and BLS first)."""
     index = [m.name for m in client.get_model_repository_index().models if m.state == "READY"]
     ordered = [n for n in WARMUP_MODELS if n in index] + sorted(n for n in index if n not in WARMUP_MODELS)
     for name in ordered:
         config = client.get_model_config(name).config
         inputs = {i.name for i in config.input}
-        if {"text_input", "max_tokens"} <= inputs:
+        if {"text_input", "max_tokens", "stream"} <= inputs and config.max_batch_size > 0:
             return name, config
     return None
 
@@ -504,50 +504,25 @@ def warm_up(server: TritonServer, requests: int = 2, max_tokens: int = 4, timeou
     Returns the model warmed up (None when the repository has no text model). A failing warm-up
     request is a StageFailedError: a server that cannot answer is not ready.
     """
-    import queue
-
-    import numpy as np
     import tritonclient.grpc as grpcclient
+
+    from pipeline.client import GenerateRequest, generate
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         target = _warmup_target(client)
-        if target is None:
-            return None
-        name, config = target
-        batch = [1] if config.max_batch_size > 0 else []
-        names = {i.name for i in config.input}
-        answers: queue.Queue = queue.Queue()
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        try:
-            for n in range(requests):
-                tensors = [("text_input", np.array([b"Hello, warm-up."], dtype=np.object_), "BYTES"),
-                           ("max_tokens", np.array([max_tokens], dtype=np.int32), "INT32")]
-                if "stream" in names:
-                    tensors.append(("stream", np.array([True]), "BOOL"))
-                inputs = []
-                for tname, value, dtype in tensors:
-                    value = value.reshape(batch + [1])
-                    tensor = grpcclient.InferInput(tname, list(value.shape), dtype)
-                    tensor.set_data_from_numpy(value)
-                    inputs.append(tensor)
-                client.async_stream_infer(name, inputs, request_id=f"warmup-{n}", enable_empty_final_response=True)
-            done = 0
-            deadline = time.monotonic() + timeout_s
-            while done < requests:
-                try:
-                    result, error = answers.get(timeout=max(0.1, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise StageFailedError(f"Warm-up requests to {name!r} got no final answer within {timeout_s:g} s.",
-                                           hint=f"See the server log {server.log_file}.") from None
-                if error is not None:
-                    raise StageFailedError(f"Warm-up request to {name!r} failed: {error}",
-                                           hint=f"See the server log {server.log_file}.")
-                final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    done += 1
-        finally:
-            client.stop_stream()
-        return name
     finally:
         client.close()
+    if target is None:
+        return None
+    name, config = target
+    names = {i.name for i in config.input}
+    request = GenerateRequest(prompt="Hello, warm-up.", max_tokens=max_tokens, stream="stream" in names,
+                              exclude_input_in_output=True if "exclude_input_in_output" in names else None,
+                              return_num_output_tokens="return_num_output_tokens" in names)
+    for _ in range(requests):
+        answer = generate(server.grpc_url, name, request, timeout_s=timeout_s)
+        if answer.error is not None:
+            raise StageFailedError(f"Warm-up request to {name!r} failed: {answer.error}",
+                                   hint=f"See the server log {server.log_file}.")
+    return name

@@ -78,7 +78,7 @@ def markdown(result: Any) -> str:
     out += [f"- workload: {workload}; tokenizer {result.tokenizer_dir}",
             f"- warm-up: {spec.warmup} request(s), excluded; streaming over gRPC (tritonclient.grpc.aio)",
             "- definitions (genai-perf): TTFT = first response - send; TPOT = (latency - TTFT)/(OSL - 1); "
-            "OSL counted with the model's tokenizer", ""]
+            "OSL counted with the model's tokenizer", *[f"- note: {n}" for n in result.notes], ""]
     if result.levels:
         out += ["## Client-side measurements", "", _md_table(LEVEL_COLUMNS, level_rows(result.levels)), ""]
     server_rows = []
@@ -90,8 +90,6 @@ def markdown(result: Any) -> str:
         out += ["## Server-side (Prometheus, growth over each level)", "",
                 _md_table(["load", "model", "requests", "queue ms/req", "compute ms/req", "request ms/req", "avg batch"],
                           server_rows), ""]
-    elif spec.metrics_url is None:
-        out += ["_Server metrics not scraped: pass --metrics-url http://HOST:8002/metrics._", ""]
     if result.prefill_decode:
         pd = result.prefill_decode
         out += ["## Prefill vs decode", "",

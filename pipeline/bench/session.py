@@ -38,6 +38,7 @@ class BenchResult:
     hints: list[Hint] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
     prediction: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
     out_dir: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -50,7 +51,7 @@ class BenchResult:
             "spec": self.spec, "served_model": self.served_model, "tokenizer_dir": self.tokenizer_dir,
             "levels": [{**lv, "per_request": reqs} for lv, reqs in zip(self.levels, self.requests)],
             "server": self.servers, "prefill_decode": self.prefill_decode, "diagnosis": self.hints,
-            "slo": self.gates, "prediction": self.prediction, "files": self.files,
+            "slo": self.gates, "prediction": self.prediction, "notes": self.notes, "files": self.files,
         }
 
 
@@ -228,6 +229,11 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
     else:
         pool = synthetic_requests(tokenizer, spec.isl, spec.osl, min(size, DURATION_POOL * 4), seed=spec.seed)
     metrics_url = spec.metrics_url or default_metrics_url(spec.url)
+    if not spec.dataset and "min_tokens" not in info.inputs:
+        result.notes.append(f"{info.name} has no min_tokens input: output lengths are not forced, so runs with "
+                            "different OSL are not comparable (render the repository with min_tokens).")
+    if metrics_url is None:
+        result.notes.append("Server metrics not scraped: pass --metrics-url http://HOST:8002/metrics.")
 
     async def main() -> None:
         own = transport is None

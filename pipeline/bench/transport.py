@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, NamedTuple, Protocol
 
-import numpy as np
-
 from pipeline.bench.workload import BenchRequest
-from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 
@@ -39,7 +37,8 @@ class Transport(Protocol):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the served model accepts: its input names and whether it has a batch dimension."""
+    """What the served model accepts: its input names, whether it has a batch dimension, and the
+    tokenizer folder its preprocessing model names."""
 
     name: str
     inputs: frozenset[str]
@@ -65,10 +64,14 @@ def model_info(url: str, model: str) -> ModelInfo:
             raise StageFailedError(f"Cannot query model {model!r} at {url}: {error.message()}",
                                    hint="Check --url (the gRPC port, 8001 by default) and --model (ensemble or tensorrt_llm_bls).") from None
         inputs = frozenset(i.name for i in config.input)
-        missing = {"text_input", "max_tokens"} - inputs
+        missing = {"text_input", "max_tokens", "stream"} - inputs
         if missing:
-            raise InvalidInputError(f"Model {model!r} has no input(s) {sorted(missing)}: it is not a text model.",
+            raise InvalidInputError(f"Model {model!r} has no input(s) {sorted(missing)}: it is not a streaming text model.",
                                     hint="Benchmark the ensemble or tensorrt_llm_bls model (--model).")
+        if config.max_batch_size == 0:
+            raise UnsupportedError(f"Model {model!r} has no batch dimension (max_batch_size 0); bench sends [1, 1] tensors "
+                                   "as NVIDIA's ensemble and BLS models take them.",
+                                   hint="Benchmark the ensemble or tensorrt_llm_bls model.")
         return ModelInfo(name=model, inputs=inputs, batched=config.max_batch_size > 0,
                          tokenizer_dir=_served_tokenizer_dir(client, model, config))
     finally:
@@ -91,28 +94,18 @@ def _served_tokenizer_dir(client: Any, model: str, config: Any) -> Path | None:
     return None
 
 
-def _tensor(name: str, value: np.ndarray, dtype: str, batched: bool):
-    import tritonclient.grpc as grpcclient
-
-    value = value.reshape([1, -1] if batched else [-1])
-    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-    tensor.set_data_from_numpy(value)
-    return tensor
-
-
 def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics: bool) -> list:
-    """The ensemble/BLS inputs for one streamed request (names as NVIDIA's tensorrtllm_backend)."""
-    tensors = [
-        _tensor("text_input", np.array([request.prompt.encode()], dtype=np.object_), "BYTES", info.batched),
-        _tensor("max_tokens", np.array([request.max_tokens], dtype=np.int32), "INT32", info.batched),
-    ]
-    optional = [("stream", np.array([True]), "BOOL"), ("exclude_input_in_output", np.array([True]), "BOOL")]
-    if request.min_tokens is not None:
-        optional.append(("min_tokens", np.array([request.min_tokens], dtype=np.int32), "INT32"))
-    if perf_metrics:
-        optional.append(("return_perf_metrics", np.array([True]), "BOOL"))
-    tensors += [_tensor(n, v, d, info.batched) for n, v, d in optional if n in info.inputs]
-    return tensors
+    """The ensemble/BLS inputs of one streamed request, through pipeline.client.build_inputs;
+    optional inputs the model does not declare are left out."""
+    from pipeline.client import GenerateRequest, build_inputs
+
+    return build_inputs(GenerateRequest(
+        prompt=request.prompt, max_tokens=request.max_tokens, stream=True,
+        min_tokens=request.min_tokens if "min_tokens" in info.inputs else None,
+        exclude_input_in_output=True if "exclude_input_in_output" in info.inputs else None,
+        return_perf_metrics=perf_metrics and "return_perf_metrics" in info.inputs,
+        return_num_output_tokens=False,
+    ))
 
 
 class TritonTransport:

@@ -107,6 +107,8 @@ def bench(
                 progress.advance(task["id"])
 
         result = run_bench(spec, on_done=on_done, on_level=on_level)
+    for note in result.notes:
+        OUT.warn(note)
     _print(result)
     failed = result.failed_gates
     if failed:
