@@ -30,11 +30,11 @@ import json
 import math
 import sys
 import time
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import (
     MANIFEST_NAME,
@@ -47,14 +47,22 @@ from pipeline.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
+from pipeline.calibration import DEFAULT_CALIB_SIZE
 from pipeline.errors import GateFailedError, InvalidInputError
 from pipeline.output import OUT
 from pipeline.paths import model_slug, stage_dir
-from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+from pipeline.quant import kv_cache_format
+from pipeline.simulated import (
+    BASELINE_DTYPE,
+    Variant,
+    calibration_texts,
+    count_kv_quantizer_calls,
+    simulated_model,
+    simulation_note,
+)
 
 EVAL_VERSION = 1  # bump when the scoring changes, so cached reports are recomputed
 EVAL_DATA = Path(__file__).parent / "data" / "eval" / "eval.jsonl"
-BASELINE_DTYPE = "float32"
 DEFAULT_MAX_DELTA = 0.10
 REPORT_STEM = "evaluate"
 _PACKAGES = ("torch", "transformers", "nvidia-modelopt")
@@ -62,37 +70,6 @@ _PACKAGES = ("torch", "transformers", "nvidia-modelopt")
 
 # ----------------------------------------------------------------------------------------------
 # Specs and results
-
-
-class Variant(BaseModel):
-    """One precision to measure: weight/activation format plus KV-cache format."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    quant: str
-    kv_cache: str = "auto"
-
-    @field_validator("quant")
-    @classmethod
-    def _known_quant(cls, value: str) -> str:
-        return quant_format(value).name
-
-    @field_validator("kv_cache")
-    @classmethod
-    def _known_kv(cls, value: str) -> str:
-        return kv_cache_format(value).name
-
-    @property
-    def name(self) -> str:
-        return self.quant if self.kv_cache == "auto" else f"{self.quant}+kv_{self.kv_cache}"
-
-    @property
-    def fmt(self) -> QuantFormat:
-        return quant_format(self.quant)
-
-    @property
-    def kv(self) -> KvCacheFormat:
-        return kv_cache_format(self.kv_cache)
 
 
 class EvaluateSpec(BaseModel):
@@ -104,7 +81,7 @@ class EvaluateSpec(BaseModel):
     variants: tuple[Variant, ...] = Field(min_length=1)
     data: Optional[Path] = None  # .txt (paragraphs split on blank lines) or .jsonl ("text" field)
     max_delta: float = Field(DEFAULT_MAX_DELTA, ge=0)
-    calib_size: int = Field(64, ge=1, description="calibration texts for formats that calibrate")
+    calib_size: int = Field(DEFAULT_CALIB_SIZE, ge=1, description="calibration texts for formats that calibrate")
     calib_data: Optional[Path] = None  # as `pipeline convert --calib-data`; default: the shipped set
     calib_max_len: int = Field(256, ge=8)
     max_len: int = Field(512, ge=8, description="evaluation window in tokens (longer texts are split)")
@@ -292,104 +269,6 @@ def score_model(
     return score, flat
 
 
-@contextmanager
-def count_kv_quantizer_calls(model: Any) -> Iterator[dict[str, int]]:
-    """Count forward calls of enabled attention K/V quantizers (k_bmm_quantizer / v_bmm_quantizer)
-    while the block runs: {"quantizers": how many are enabled, "calls": how many times they ran}."""
-    counts = {"quantizers": 0, "calls": 0}
-    handles = []
-
-    def hook(*_: Any) -> None:
-        counts["calls"] += 1
-
-    for name, module in model.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in {"k_bmm_quantizer", "v_bmm_quantizer"} and getattr(module, "is_enabled", False):
-            counts["quantizers"] += 1
-            handles.append(module.register_forward_hook(hook))
-    try:
-        yield counts
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def round_weights(model: Any, dtype_name: str) -> Any:
-    """Round every floating parameter to dtype_name and back (a 16-bit checkpoint's weights, fp32 compute)."""
-    import torch
-
-    from pipeline.quantize import torch_dtype
-
-    dtype = torch_dtype(dtype_name)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.is_floating_point():
-                parameter.copy_(parameter.to(dtype).to(parameter.dtype))
-    return model
-
-
-def simulated_model(
-    hf_dir: Path,
-    variant: Variant,
-    calib_texts: list[str],
-    *,
-    calib_max_len: int = 256,
-    batch_size: int = 4,
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[Any, Any]:
-    """(model, tokenizer) with variant's numerics simulated on the CPU in fp32: weights rounded to
-    fp16/bf16 for the 16-bit formats; ModelOpt fake quantization (pipeline.quantize) otherwise; for
-    formats whose weights trtllm-build quantizes (int4_wo), that rounding is applied to the weights."""
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD, load_hf_model, quantize_model
-
-    model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE)
-    fmt, kv = variant.fmt, variant.kv
-    if not fmt.is_quantized:
-        round_weights(model, "bfloat16" if fmt.name == "bf16" else "float16")
-    if fmt.is_quantized or kv.kv_cache_quant_algo is not None:
-        texts = calib_texts if (fmt.needs_calibration or kv.kv_cache_quant_algo) else []
-        model = quantize_model(
-            model, tokenizer, fmt, kv, texts, batch_size=batch_size, max_len=calib_max_len, progress=progress
-        )
-    if fmt.name in WEIGHTS_PACKED_AT_BUILD:
-        round_weights_per_channel(model, fmt.weight_bits)
-    return model, tokenizer
-
-
-def round_weights_per_channel(model: Any, bits: int) -> Any:
-    """Round each quantized Linear's weight to symmetric per-output-channel integers of `bits`
-    (scale = max|w| / (2^(bits-1) - 1)), what trtllm-build does to a W4A16 checkpoint's 16-bit weights."""
-    import torch
-
-    from pipeline.quantize import _quantized_linears
-
-    top = 2 ** (bits - 1) - 1
-    with torch.no_grad():
-        for _, module in _quantized_linears(model):
-            weight = module.weight
-            scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / top
-            weight.copy_((weight / scale).round().clamp(-top - 1, top) * scale)
-    return model
-
-
-def simulation_note(variant: Variant) -> str:
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
-
-    fmt = variant.fmt
-    if not fmt.is_quantized:
-        how = f"weights rounded to {fmt.name}, fp32 compute"
-    elif fmt.name in WEIGHTS_PACKED_AT_BUILD:
-        how = (
-            f"weights rounded to per-channel symmetric INT{fmt.weight_bits} (scale = max|w|/{2 ** (fmt.weight_bits - 1) - 1}) "
-            "as trtllm-build packs them (ModelOpt leaves this format's checkpoint weights 16-bit), fp32 compute"
-        )
-    else:
-        how = f"ModelOpt fake quantization ({fmt.modelopt_config}), fp32 compute"
-    if variant.kv.kv_cache_quant_algo:
-        how += f"; KV cache {variant.kv.name} via ModelOpt k/v_bmm_quantizers"
-    return how
-
-
 # ----------------------------------------------------------------------------------------------
 # The stage
 
@@ -411,13 +290,6 @@ def resolve_model(model: str) -> tuple[Path, str]:
 
     result = download(DownloadSpec(source=model))  # a no-op when the checkpoint is already there
     return result.path, result.model
-
-
-def calibration_texts(size: int, path: Path | None = None) -> list[str]:
-    """The first `size` calibration texts, read the way `pipeline convert` reads them (shipped set or path)."""
-    from pipeline.calibration import load_calibration
-
-    return list(load_calibration(path, size).texts)
 
 
 def _checkpoint_fingerprint(hf_dir: Path) -> str:
@@ -472,6 +344,7 @@ def evaluate(spec: EvaluateSpec) -> EvaluateResult:
         "tokens": rows["baseline"].tokens,
         "max_len": spec.max_len,
         "calibration_texts": len(calib),
+        "calibration_sha256": sha256_json(calib) if calib else None,  # == the convert manifest's calibration.sha256
     }
     result = EvaluateResult(
         model=model_name,
@@ -753,16 +626,24 @@ def _pct(value: float) -> str:
 # Checkpoint manifest
 
 
+def checkpoint_manifest(checkpoint_dir: Path) -> dict[str, Any]:
+    """checkpoint_dir's manifest, or InvalidInputError (checked before a long evaluation starts)."""
+    manifest = read_manifest(Path(checkpoint_dir))
+    if manifest is None:
+        raise InvalidInputError(
+            f"{checkpoint_dir} has no readable {MANIFEST_NAME}.",
+            hint="Give a checkpoint folder made by `pipeline convert` (build/<model>/checkpoints/<id>).",
+        )
+    return manifest
+
+
 def record_in_manifest(checkpoint_dir: Path, result: EvaluateResult) -> dict[str, Any]:
     """Add the figures under "evaluation" in checkpoint_dir/manifest.json (the file inventory and
     inputs hash are untouched, so the checkpoint stays up to date). Returns what was recorded."""
     checkpoint_dir = Path(checkpoint_dir)
-    manifest = read_manifest(checkpoint_dir)
-    if manifest is None:
-        raise InvalidInputError(
-            f"{checkpoint_dir} has no readable {MANIFEST_NAME}.",
-            hint="Give a checkpoint folder made by `pipeline convert`.",
-        )
+    manifest = checkpoint_manifest(checkpoint_dir)
+    ours = result.dataset.get("calibration_sha256")
+    theirs = (manifest.get("calibration") or {}).get("sha256")
     record = {
         "passed": result.passed,
         "max_delta": result.max_delta,
@@ -781,6 +662,8 @@ def record_in_manifest(checkpoint_dir: Path, result: EvaluateResult) -> dict[str
         },
         "report_dir": str(result.report_dir),
         "inputs_hash": result.inputs_hash,
+        # True: the figures come from the same calibration texts that made this checkpoint
+        "calibration_matches_checkpoint": None if not (ours and theirs) else ours == theirs,
     }
     manifest["evaluation"] = record
     write_json_atomic(checkpoint_dir / MANIFEST_NAME, manifest)
@@ -794,9 +677,9 @@ __all__ = [
     "Score",
     "Variant",
     "check_gate",
+    "checkpoint_manifest",
     "evaluate",
     "load_eval_texts",
     "record_in_manifest",
     "score_model",
-    "simulated_model",
 ]

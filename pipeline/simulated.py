@@ -12,14 +12,152 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from pipeline.quant import kv_cache_format, quant_format
+from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
+BASELINE_DTYPE = "float32"  # CPU matmuls in fp16 are slow and not what a GPU does; values are rounded instead
 DEFAULT_SPEED_PROMPT = "Write a short paragraph about the history of the printing press and why it mattered."
+
+
+class Variant(BaseModel):
+    """One precision to measure: weight/activation format plus KV-cache format."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    quant: str
+    kv_cache: str = "auto"
+
+    @field_validator("quant")
+    @classmethod
+    def _known_quant(cls, value: str) -> str:
+        return quant_format(value).name
+
+    @field_validator("kv_cache")
+    @classmethod
+    def _known_kv(cls, value: str) -> str:
+        return kv_cache_format(value).name
+
+    @property
+    def name(self) -> str:
+        return self.quant if self.kv_cache == "auto" else f"{self.quant}+kv_{self.kv_cache}"
+
+    @property
+    def fmt(self) -> QuantFormat:
+        return quant_format(self.quant)
+
+    @property
+    def kv(self) -> KvCacheFormat:
+        return kv_cache_format(self.kv_cache)
+
+
+def calibration_texts(size: int, path: Path | None = None) -> list[str]:
+    """The first `size` calibration texts, read the way `pipeline convert` reads them (shipped set or path)."""
+    from pipeline.calibration import load_calibration
+
+    return list(load_calibration(path, size).texts)
+
+
+@contextmanager
+def count_kv_quantizer_calls(model: Any) -> Iterator[dict[str, int]]:
+    """Count forward calls of enabled attention K/V quantizers (k_bmm_quantizer / v_bmm_quantizer)
+    while the block runs: {"quantizers": how many are enabled, "calls": how many times they ran}."""
+    counts = {"quantizers": 0, "calls": 0}
+    handles = []
+
+    def hook(*_: Any) -> None:
+        counts["calls"] += 1
+
+    for name, module in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in {"k_bmm_quantizer", "v_bmm_quantizer"} and getattr(module, "is_enabled", False):
+            counts["quantizers"] += 1
+            handles.append(module.register_forward_hook(hook))
+    try:
+        yield counts
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def round_weights(model: Any, dtype_name: str) -> Any:
+    """Round every floating parameter to dtype_name and back (a 16-bit checkpoint's weights, fp32 compute)."""
+    import torch
+
+    from pipeline.quantize import torch_dtype
+
+    dtype = torch_dtype(dtype_name)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.is_floating_point():
+                parameter.copy_(parameter.to(dtype).to(parameter.dtype))
+    return model
+
+
+def simulated_model(
+    hf_dir: Path,
+    variant: Variant,
+    calib_texts: list[str],
+    *,
+    calib_max_len: int = 256,
+    batch_size: int = 4,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Any, Any]:
+    """(model, tokenizer) with variant's numerics simulated on the CPU in fp32: weights rounded to
+    fp16/bf16 for the 16-bit formats; ModelOpt fake quantization (pipeline.quantize) otherwise; for
+    formats whose weights trtllm-build quantizes (int4_wo), that rounding is applied to the weights."""
+    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD, load_hf_model, quantize_model
+
+    model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE)
+    fmt, kv = variant.fmt, variant.kv
+    if not fmt.is_quantized:
+        round_weights(model, "bfloat16" if fmt.name == "bf16" else "float16")
+    if fmt.is_quantized or kv.kv_cache_quant_algo is not None:
+        texts = calib_texts if (fmt.needs_calibration or kv.kv_cache_quant_algo) else []
+        model = quantize_model(
+            model, tokenizer, fmt, kv, texts, batch_size=batch_size, max_len=calib_max_len, progress=progress
+        )
+    if fmt.name in WEIGHTS_PACKED_AT_BUILD:
+        round_weights_per_channel(model, fmt.weight_bits)
+    return model, tokenizer
+
+
+def round_weights_per_channel(model: Any, bits: int) -> Any:
+    """Round each quantized Linear's weight to symmetric per-output-channel integers of `bits`
+    (scale = max|w| / (2^(bits-1) - 1)), what trtllm-build does to a W4A16 checkpoint's 16-bit weights."""
+    import torch
+
+    from pipeline.quantize import _quantized_linears
+
+    top = 2 ** (bits - 1) - 1
+    with torch.no_grad():
+        for _, module in _quantized_linears(model):
+            weight = module.weight
+            scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / top
+            weight.copy_((weight / scale).round().clamp(-top - 1, top) * scale)
+    return model
+
+
+def simulation_note(variant: Variant) -> str:
+    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
+
+    fmt = variant.fmt
+    if not fmt.is_quantized:
+        how = f"weights rounded to {fmt.name}, fp32 compute"
+    elif fmt.name in WEIGHTS_PACKED_AT_BUILD:
+        how = (
+            f"weights rounded to per-channel symmetric INT{fmt.weight_bits} (scale = max|w|/{2 ** (fmt.weight_bits - 1) - 1}) "
+            "as trtllm-build packs them (ModelOpt leaves this format's checkpoint weights 16-bit), fp32 compute"
+        )
+    else:
+        how = f"ModelOpt fake quantization ({fmt.modelopt_config}), fp32 compute"
+    if variant.kv.kv_cache_quant_algo:
+        how += f"; KV cache {variant.kv.name} via ModelOpt k/v_bmm_quantizers"
+    return how
 
 
 def load_reference_model(
@@ -38,8 +176,6 @@ def load_reference_model(
     uses by default). Works with transformers' continuous batching (`init_continuous_batching`):
     the K/V quantizers follow the attention implementation the model runs with.
     """
-    from pipeline.evaluate import Variant, calibration_texts, simulated_model
-
     variant = Variant(quant=quant_format(quant).name, kv_cache=kv_cache_format(kv_cache).name)
     needs = variant.fmt.needs_calibration or variant.kv.kv_cache_quant_algo is not None
     texts = list(calib_texts) if calib_texts is not None else (calibration_texts(calib_size) if needs else [])

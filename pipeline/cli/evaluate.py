@@ -8,7 +8,17 @@ from typing import Annotated, List, Optional
 import typer
 
 from pipeline.cli._options import ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json
-from pipeline.evaluate import DEFAULT_MAX_DELTA, EvaluateSpec, check_gate, evaluate as run_evaluate, table_rows, TABLE_COLUMNS
+from pipeline.calibration import DEFAULT_CALIB_SIZE
+from pipeline.evaluate import (
+    DEFAULT_MAX_DELTA,
+    TABLE_COLUMNS,
+    EvaluateSpec,
+    check_gate,
+    checkpoint_manifest,
+    evaluate as run_evaluate,
+    record_in_manifest,
+    table_rows,
+)
 from pipeline.output import OUT, simple_table
 
 ModelOpt = Annotated[
@@ -31,6 +41,10 @@ CalibDataOpt = Annotated[
     Optional[Path], typer.Option("--calib-data", help="Calibration text, as for `pipeline convert` (default: the shipped set).")
 ]
 MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", min=1, help="Score only the first N evaluation texts.")]
+RecordOpt = Annotated[
+    Optional[Path],
+    typer.Option("--record-in", help="Checkpoint folder whose manifest.json gets the figures (under \"evaluation\"), pass or fail."),
+]
 MaxLenOpt = Annotated[int, typer.Option("--max-len", min=8, help="Evaluation window in tokens (longer texts are split).")]
 
 
@@ -44,11 +58,12 @@ def evaluate(
     kv_cache: KvCacheOpt = None,
     data: DataOpt = None,
     max_delta: MaxDeltaOpt = DEFAULT_MAX_DELTA,
-    calib_size: CalibSizeOpt = 64,
+    calib_size: CalibSizeOpt = DEFAULT_CALIB_SIZE,
     calib_data: CalibDataOpt = None,
     max_texts: MaxTextsOpt = None,
     max_len: MaxLenOpt = 512,
     out: OutDirOpt = None,
+    record_in: RecordOpt = None,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -58,6 +73,8 @@ def evaluate(
     Reports (JSON, CSV, Markdown, PNG) go to build/<model>/reports/evaluate-<id>/ (or under --out).
     """
     set_json(json_output)
+    if record_in is not None:
+        checkpoint_manifest(record_in)  # refuse a folder without a manifest before the long run
     spec = EvaluateSpec.from_formats(
         model, quant, kv_cache,
         data=data, max_delta=max_delta, calib_size=calib_size, calib_data=calib_data, max_texts=max_texts, max_len=max_len, out=out, force=force,
@@ -75,4 +92,7 @@ def evaluate(
         ),
         text=f"reports: {result.report_dir}",
     )
+    if record_in is not None:
+        record_in_manifest(record_in, result)
+        OUT.info(f"recorded the figures in {record_in / 'manifest.json'}")
     check_gate(result)

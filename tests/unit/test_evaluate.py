@@ -18,7 +18,6 @@ from pipeline.evaluate import (
     EvaluateResult,
     EvaluateSpec,
     FormatResult,
-    Variant,
     apply_gate,
     check_gate,
     load_eval_texts,
@@ -27,6 +26,7 @@ from pipeline.evaluate import (
     relative_delta,
     write_reports,
 )
+from pipeline.simulated import Variant
 
 
 def _row(name: str, ppl: float, agreement: float = 0.9, **extra) -> FormatResult:
@@ -42,7 +42,7 @@ def _result(tmp_path: Path, max_delta: float = 0.1) -> EvaluateResult:
                             delta=0.0, top1_agreement=1.0, top1_accuracy=0.4, tokens=100)
     result = EvaluateResult(
         model="m", hf_dir=tmp_path, dataset={"name": "d", "sha256": "0" * 64, "texts": 3, "windows": 3, "tokens": 100,
-                                             "max_len": 512, "calibration_texts": 8},
+                                             "max_len": 512, "calibration_texts": 8, "calibration_sha256": "a" * 64},
         baseline=baseline,
         formats=(_row("fp8", 10.3), _row("int4_awq", 12.5, 0.7), _row("fp8+kv_fp8", 10.5, kv_measured=True),
                  _row("nvfp4", float("inf"), 0.0)),
@@ -160,9 +160,15 @@ def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}", encoding="utf-8")
     inputs_hash = sha256_json({"x": 1})
+    calibration = {"sha256": "c" * 64, "size": 8}
     write_json_atomic(ckpt / "manifest.json", build_manifest(stage="convert", inputs={"x": 1}, inputs_hash=inputs_hash,
-                                                             folder=ckpt, started=time.time()))
-    record = record_in_manifest(ckpt, _result(tmp_path))
+                                                             folder=ckpt, started=time.time(),
+                                                             extra={"calibration": calibration}))
+    result = _result(tmp_path)
+    assert record_in_manifest(ckpt, result)["calibration_matches_checkpoint"] is False
+    result = result.model_copy(update={"dataset": {**result.dataset, "calibration_sha256": "c" * 64}})
+    record = record_in_manifest(ckpt, result)
+    assert record["calibration_matches_checkpoint"] is True
     manifest = read_manifest(ckpt)
     assert manifest["evaluation"] == json.loads(json.dumps(record))
     assert manifest["evaluation"]["formats"]["int4_awq"]["passed"] is False
@@ -179,3 +185,4 @@ def test_cli_refuses_bad_inputs_before_loading_anything(tmp_path: Path):
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--kv-cache", "int3"]) == 2
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--max-delta", "-1"]) == 2
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--data", str(tmp_path / "no.txt")]) == 2
+    assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--record-in", str(tmp_path / "ckpt")]) == 2

@@ -11,17 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
-from pipeline.evaluate import (
-    BASELINE_DTYPE,
-    EvaluateSpec,
-    Variant,
-    count_kv_quantizer_calls,
-    evaluate,
-    load_eval_texts,
-    score_model,
-    simulated_model,
-    token_windows,
-)
+from pipeline.evaluate import EvaluateSpec, evaluate, load_eval_texts, score_model, token_windows
+from pipeline.simulated import BASELINE_DTYPE, Variant, count_kv_quantizer_calls, simulated_model
 
 pytestmark = pytest.mark.slow
 
