@@ -1,0 +1,221 @@
+"""render: the rendered repository parses, keeps the TensorRT-LLM contract, and is written atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli
+from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.reference_engine import write_reference_engine_dir
+from pipeline.render import (
+    MODELS,
+    RenderSpec,
+    check_repository,
+    contract_problems,
+    ensemble_problems,
+    parse_model_config,
+    render,
+    templates_dir,
+)
+
+
+def _fake_hf_dir(root: Path) -> Path:
+    """Just enough of an HF folder for render (which never loads weights)."""
+    hf = root / "hf"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 32, "architectures": ["LlamaForCausalLM"]}))
+    (hf / "model.safetensors").write_bytes(b"\0" * 8)
+    (hf / "tokenizer.json").write_text("{}")
+    (hf / "tokenizer_config.json").write_text("{}")
+    return hf
+
+
+@pytest.fixture()
+def reference_engine(tmp_path: Path) -> Path:
+    return write_reference_engine_dir(_fake_hf_dir(tmp_path), tmp_path / "engines" / "ref",
+                                      {"max_batch_size": 4, "max_input_len": 64, "max_seq_len": 128})
+
+
+@pytest.fixture()
+def trtllm_engine(tmp_path: Path) -> Path:
+    """The config.json trtllm-build writes (no engine files needed to render)."""
+    engine = tmp_path / "engines" / "trt"
+    engine.mkdir(parents=True)
+    (engine / "config.json").write_text(json.dumps({
+        "version": "1.1.0",
+        "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "float16"},
+        "build_config": {"max_batch_size": 64, "max_input_len": 2048, "max_seq_len": 4096, "max_num_tokens": 8192,
+                         "max_beam_width": 1, "plugin_config": {"paged_kv_cache": True, "tokens_per_block": 32}},
+    }))
+    shutil.copytree(_fake_hf_dir(tmp_path / "trt-source"), engine / "tokenizer")
+    return engine
+
+
+def _configs(repo: Path) -> dict:
+    return {model: parse_model_config(repo / model / "config.pbtxt") for model in MODELS}
+
+
+def _param(config, key: str) -> str:
+    return config.parameters[key].string_value
+
+
+def test_reference_repository_parses_and_uses_the_python_backend(reference_engine: Path, tmp_path: Path) -> None:
+    result = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo"))
+    configs = _configs(result.repo)
+    assert result.runtime == "reference"
+    assert configs["tensorrt_llm"].backend == "python"
+    assert configs["tensorrt_llm"].model_transaction_policy.decoupled is True
+    assert {c.max_batch_size for c in configs.values()} == {4}  # from the engine, not the user
+    assert (result.repo / "tensorrt_llm" / "1" / "model.py").is_file()
+    assert configs["tensorrt_llm_bls"].instance_group[0].count == 4
+    assert _param(configs["tensorrt_llm"], "gpt_model_path") == str(reference_engine)
+    assert _param(configs["preprocessing"], "tokenizer_dir") == str(reference_engine / "tokenizer")
+    assert set(result.checks) == {"protobuf", "placeholders", "ensemble", "contract"}
+
+
+def test_tensorrtllm_repository_uses_the_cpp_backend(trtllm_engine: Path, tmp_path: Path) -> None:
+    result = render(RenderSpec(engine=trtllm_engine, out=tmp_path / "repo"))
+    configs = _configs(result.repo)
+    assert result.runtime == "tensorrtllm"
+    assert configs["tensorrt_llm"].backend == "tensorrtllm"
+    assert not (result.repo / "tensorrt_llm" / "1" / "model.py").exists()
+    assert _param(configs["tensorrt_llm"], "gpt_model_type") == "inflight_fused_batching"
+    assert _param(configs["tensorrt_llm"], "enable_kv_cache_reuse") == "true"
+    assert configs["ensemble"].max_batch_size == 64
+
+
+def test_contract_matches_the_reference_tables(reference_engine: Path, trtllm_engine: Path, tmp_path: Path,
+                                               reference_dir: Path, reference_tsv) -> None:
+    rows = reference_tsv("triton_trtllm_model_io.tsv")
+    for engine in (reference_engine, trtllm_engine):
+        repo = render(RenderSpec(engine=engine, out=tmp_path / engine.name)).repo
+        configs = _configs(repo)
+        assert contract_problems(configs["tensorrt_llm"], reference_dir) == []
+        # the client-facing models keep every tensor name NVIDIA's clients send and read
+        for model in ("ensemble", "tensorrt_llm_bls", "postprocessing"):
+            for direction, tensors in (("input", configs[model].input), ("output", configs[model].output)):
+                expected = {r["name"] for r in rows if r["model"] == model and r["direction"] == direction}
+                assert {t.name for t in tensors} == expected, (model, direction)
+
+
+def test_contract_check_catches_a_renamed_tensor(reference_engine: Path, tmp_path: Path, reference_dir: Path) -> None:
+    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
+    config = parse_model_config(repo / "tensorrt_llm" / "config.pbtxt")
+    config.input[0].name = "input_idz"
+    config.parameters["not_a_parameter"].string_value = "1"
+    problems = contract_problems(config, reference_dir)
+    assert any("'input_ids' of the reference contract is missing" in p for p in problems)
+    assert any("'not_a_parameter'" in p for p in problems)
+
+
+def test_ensemble_check_catches_a_bad_map(reference_engine: Path, tmp_path: Path) -> None:
+    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
+    configs = _configs(repo)
+    assert ensemble_problems(configs) == []
+    step = configs["ensemble"].ensemble_scheduling.step[1]
+    step.input_map["no_such_input"] = "_INPUT_ID"
+    step.input_map["temperature"] = "nobody_makes_this"
+    problems = ensemble_problems(configs)
+    assert any("'no_such_input' is not an input" in p for p in problems)
+    assert any("'nobody_makes_this'" in p for p in problems)
+
+
+def test_no_template_syntax_survives(reference_engine: Path, tmp_path: Path) -> None:
+    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
+    for path in repo.rglob("*"):
+        if path.is_file() and path.suffix in (".pbtxt", ".py"):
+            text = path.read_text()
+            assert "${" not in text and "{{" not in text and "{%" not in text, path
+
+
+def test_leftover_placeholder_fails_the_check(reference_engine: Path, tmp_path: Path) -> None:
+    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
+    config = repo / "postprocessing" / "config.pbtxt"
+    config.write_text(config.read_text() + '\nparameters: { key: "x" value: { string_value: "${x}" } }\n')
+    with pytest.raises(StageFailedError, match="unrendered template text"):
+        check_repository(repo)
+
+
+def test_a_broken_template_publishes_nothing(reference_engine: Path, tmp_path: Path, monkeypatch) -> None:
+    broken = tmp_path / "templates"
+    shutil.copytree(templates_dir(), broken)
+    path = broken / "postprocessing" / "config.pbtxt.j2"
+    path.write_text(path.read_text().replace("{{ triton_max_batch_size }}", "{{ triton_max_batch_sise }}"))
+    monkeypatch.setenv("PIPELINE_TEMPLATES_DIR", str(broken))
+    out = tmp_path / "repo"
+    with pytest.raises(StageFailedError, match="triton_max_batch_sise"):
+        render(RenderSpec(engine=reference_engine, out=out))
+    assert not out.exists()
+    assert not list(tmp_path.glob(".repo.tmp-*"))
+
+
+def test_same_inputs_are_a_no_op_and_options_rerender(reference_engine: Path, tmp_path: Path) -> None:
+    out = tmp_path / "repo"
+    assert render(RenderSpec(engine=reference_engine, out=out)).reused is False
+    assert render(RenderSpec(engine=reference_engine, out=out)).reused is True
+    again = render(RenderSpec(engine=reference_engine, out=out, max_queue_size=16))
+    assert again.reused is False
+    policy = parse_model_config(out / "tensorrt_llm" / "config.pbtxt").dynamic_batching.default_queue_policy
+    assert policy.max_queue_size == 16
+
+
+def test_operator_options_reach_the_configs(trtllm_engine: Path, tmp_path: Path) -> None:
+    spec = RenderSpec(engine=trtllm_engine, out=tmp_path / "repo", decoupled=False, batching_strategy="V1",
+                      batch_scheduler_policy="max_utilization", kv_cache_free_gpu_mem_fraction=0.5,
+                      max_tokens_in_paged_kv_cache=4096, enable_kv_cache_reuse=False, enable_chunked_context=True,
+                      exclude_input_in_output=True, max_queue_delay_us=100, max_queue_size=32,
+                      queue_timeout_us=5_000_000, instances=3, bls_instances=2, logits_dtype="bf16")
+    configs = _configs(render(spec).repo)
+    llm = configs["tensorrt_llm"]
+    assert llm.model_transaction_policy.decoupled is False
+    assert configs["tensorrt_llm_bls"].model_transaction_policy.decoupled is False
+    assert {k: _param(llm, k) for k in ("gpt_model_type", "batch_scheduler_policy", "kv_cache_free_gpu_mem_fraction",
+                                        "max_tokens_in_paged_kv_cache", "enable_kv_cache_reuse",
+                                        "enable_chunked_context", "exclude_input_in_output")} == {
+        "gpt_model_type": "V1", "batch_scheduler_policy": "max_utilization", "kv_cache_free_gpu_mem_fraction": "0.5",
+        "max_tokens_in_paged_kv_cache": "4096", "enable_kv_cache_reuse": "false", "enable_chunked_context": "true",
+        "exclude_input_in_output": "true"}
+    assert llm.dynamic_batching.max_queue_delay_microseconds == 100
+    policy = llm.dynamic_batching.default_queue_policy
+    assert (policy.max_queue_size, policy.default_timeout_microseconds, policy.allow_timeout_override) == (32, 5_000_000, True)
+    assert configs["preprocessing"].instance_group[0].count == 3
+    assert configs["postprocessing"].instance_group[0].count == 3
+    assert configs["tensorrt_llm_bls"].instance_group[0].count == 2
+    from tritonclient.grpc import model_config_pb2
+
+    logits = [o for o in configs["ensemble"].output if o.name == "context_logits"][0]
+    assert logits.data_type == model_config_pb2.TYPE_BF16
+
+
+def test_runtime_must_match_the_engine(reference_engine: Path, trtllm_engine: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="reference-runtime folder"):
+        render(RenderSpec(engine=reference_engine, out=tmp_path / "a", runtime="tensorrtllm"))
+    with pytest.raises(InvalidInputError, match="holds TensorRT engines"):
+        render(RenderSpec(engine=trtllm_engine, out=tmp_path / "b", runtime="reference"))
+    with pytest.raises(InvalidInputError, match="no config.json"):
+        render(RenderSpec(engine=tmp_path, out=tmp_path / "c"))
+
+
+def test_default_output_is_under_build(reference_engine: Path, tmp_path: Path) -> None:
+    engine = tmp_path / "build" / "demo" / "engines" / "abc123"
+    shutil.copytree(reference_engine, engine)
+    result = render(RenderSpec(engine=engine))
+    assert result.repo == tmp_path / "build" / "demo" / "triton" / "abc123"
+    elsewhere = tmp_path / "somewhere" / "ref"
+    shutil.copytree(reference_engine, elsewhere)
+    with pytest.raises(InvalidInputError, match="--out"):
+        render(RenderSpec(engine=elsewhere))  # not under build/<model>/engines/<id>
+
+
+def test_cli_render(reference_engine: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "repo"
+    assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runtime"] == "reference" and Path(data["repo"]) == out
+    assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--runtime", "vllm"]) == 2
+    assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--logits-dtype", "fp64"]) == 2
+    assert cli.run(["render", "--engine", str(tmp_path / "missing"), "--out", str(out)]) == 2
