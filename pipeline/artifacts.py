@@ -87,7 +87,10 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
 
 
 def is_up_to_date(folder: Path, inputs_hash: str, *, verify_files: bool = True) -> bool:
-    """True when folder holds a finished artifact made from the same inputs and its files are intact."""
+    """True when folder holds a finished artifact made from the same inputs and its files are intact.
+    Leftovers of killed runs beside it are cleared first (a no-op re-run must not keep them)."""
+    if Path(folder).parent.is_dir():
+        _remove_stale_temporaries(Path(folder))
     manifest = read_manifest(folder)
     if not manifest or manifest.get("inputs_hash") != inputs_hash:
         return False
