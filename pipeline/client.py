@@ -133,11 +133,17 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
     result, raw = GenerateResult(), []
     events: queue.Queue = queue.Queue()
     started = time.perf_counter()
+    from tritonclient.utils import InferenceServerException
+
     client = grpcclient.InferenceServerClient(url)
     try:
-        client.start_stream(callback=lambda result=None, error=None: events.put((result, error)))
-        client.async_stream_infer(model, build_inputs(request), request_id=uuid.uuid4().hex[:12],
-                                  enable_empty_final_response=True)
+        try:
+            client.start_stream(callback=lambda result=None, error=None: events.put((result, error)))
+            client.async_stream_infer(model, build_inputs(request), request_id=uuid.uuid4().hex[:12],
+                                      enable_empty_final_response=True)
+        except InferenceServerException as error:
+            result.error = f"could not send the request to {url}: {error.message()}"
+            events.put((None, None))
         deadline = started + timeout_s
         while True:
             remaining = deadline - time.perf_counter()
@@ -148,8 +154,10 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
                 response, error = events.get(timeout=remaining)
             except queue.Empty:
                 continue
+            if response is None and error is None:  # the request never left
+                break
             if error is not None:
-                result.error = str(getattr(error, "message", lambda: error)() if callable(getattr(error, "message", None)) else error)
+                result.error = error.message() if callable(getattr(error, "message", None)) else str(error)
                 break
             before = result.responses
             collect_response(response, result, raw)

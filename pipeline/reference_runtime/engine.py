@@ -284,6 +284,8 @@ class ReferenceEngine:
             active.done = True
         if cancel_in_manager:
             self._manager.cancel_request(request_id)
+            LOG.info("request %s ended (%s) after %d tokens; cancelled in the batching manager, its KV-cache blocks "
+                     "are released", request_id, reason, len(active.tokens))
         if notify:
             event = self._event(active, new_tokens, True, reason, scheduled, error)
             try:

@@ -6,17 +6,19 @@ paged KV cache); this file maps Triton tensors to requests and events back to re
 
 Supported inputs: input_ids, input_lengths, request_output_len, end_id, pad_id, stop_words_list,
 bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, streaming,
-exclude_input_in_output, return_log_probs, return_perf_metrics, return_num_input_tokens,
+exclude_input_in_output, return_log_probs, return_perf_metrics, stop (with the request id of
+a running request: cancels it, as the C++ backend does), return_num_input_tokens,
 return_num_output_tokens, and beam_width / num_return_sequences equal to 1. len_penalty,
 early_stopping and beam_search_diversity_rate only act on beam search and are accepted and ignored.
 Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
 multimodal, guided decoding, penalties, logits outputs, KV retention, lookahead, disaggregated
-context phase, `stop`) is declared but unsupported: a request that sets one gets an error naming it.
+context phase) is declared but unsupported: a request that sets one gets an error naming it.
 Outputs never produced here: context_logits, generation_logits, kv_cache_* block counts,
 acceptance_rate, total_*draft_tokens, context_phase_params.
 """
 
 import json
+import logging
 import threading
 from pathlib import Path
 
@@ -34,7 +36,7 @@ UNSUPPORTED = {
     "draft_acceptance_threshold": None, "embedding_bias": None, "runtime_top_p_min": None,
     "runtime_top_p_decay": None, "runtime_top_p_reset_ids": None, "repetition_penalty": 1.0,
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "return_context_logits": False,
-    "return_generation_logits": False, "stop": False, "prompt_embedding_table": None,
+    "return_generation_logits": False, "prompt_embedding_table": None,
     "prompt_table_extra_ids": None, "prompt_vocab_size": None, "cross_attention_mask": None,
     "mrope_rotary_cos_sin": None, "mrope_position_deltas": None, "lora_task_id": None,
     "lora_weights": None, "lora_config": None, "context_phase_params": None,
@@ -67,6 +69,10 @@ def _scalar(request, name, cast, default=None):
 
 class TritonPythonModel:
     def initialize(self, args):
+        logger = logging.getLogger("pipeline.reference_runtime")
+        if not logger.handlers:  # into the server log, through Triton's own logger
+            logger.addHandler(_TritonLogHandler())
+            logger.setLevel(logging.INFO)
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})
@@ -86,6 +92,7 @@ class TritonPythonModel:
         )
         self.exclude_input_default = str(_param(parameters, "exclude_input_in_output", "false")).lower() in _TRUE
         self.engine = ReferenceEngine(engine_dir / "model", limits)
+        self.running = {}  # Triton request id -> engine request id, for `stop` requests
 
     def execute(self, requests):
         if self.decoupled:
@@ -104,6 +111,12 @@ class TritonPythonModel:
         return [holder["response"] for holder in results]
 
     def _start(self, request, sender):
+        if _scalar(request, "stop", bool, False):
+            engine_id = self.running.get(request.request_id())
+            if engine_id is not None:
+                self.engine.cancel(engine_id)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
         try:
             job, streaming, exclude_input, flags = self._parse(request)
             if streaming and not self.decoupled:
@@ -115,7 +128,11 @@ class TritonPythonModel:
         prompt = list(job.input_ids)
         cum = {"logprob": 0.0}
 
+        triton_id = request.request_id()
+
         def on_event(event):
+            if event.finished and triton_id:
+                self.running.pop(triton_id, None)
             if event.error:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(event.error)),
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -136,7 +153,9 @@ class TritonPythonModel:
 
         probe = getattr(sender, "is_cancelled", None)
         try:
-            self.engine.submit(job, on_event, is_cancelled=probe)
+            engine_id = self.engine.submit(job, on_event, is_cancelled=probe)
+            if triton_id:
+                self.running[triton_id] = engine_id
         except RequestError as error:
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -211,6 +230,17 @@ class TritonPythonModel:
 
     def finalize(self):
         self.engine.close()
+
+
+class _TritonLogHandler(logging.Handler):
+    def emit(self, record):
+        message = "reference_runtime: " + self.format(record)
+        if record.levelno >= logging.ERROR:
+            pb_utils.Logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            pb_utils.Logger.log_warn(message)
+        else:
+            pb_utils.Logger.log_info(message)
 
 
 class _Collector:

@@ -11,6 +11,7 @@ max_batch_size) so that many requests can stream at once.
 """
 
 import json
+import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -111,17 +112,17 @@ class TritonPythonModel:
                 array = tensor.as_numpy()
                 llm_inputs.append(pb_utils.Tensor(target, array.reshape(1, -1) if array.ndim == 1 else array))
 
+        llm_id = f"bls-{uuid.uuid4().hex}"
         llm_request = pb_utils.InferenceRequest(
-            model_name=self.llm_model, inputs=llm_inputs, requested_output_names=["output_ids", "sequence_length", *_PASS_OUT]
+            model_name=self.llm_model, inputs=llm_inputs, request_id=llm_id,
+            requested_output_names=["output_ids", "sequence_length", *_PASS_OUT],
         )
         tokens, sent_text, last = [], "", None
         # tensorrt_llm is rendered with the same transaction policy as this model
         responses = llm_request.exec(decoupled=True) if self.decoupled else [llm_request.exec()]
         for response in responses:
             if sender is not None and sender.is_cancelled():
-                cancel = getattr(responses, "cancel", None)
-                if callable(cancel):
-                    cancel()
+                self._stop(llm_id)
                 return None
             if response.has_error():
                 raise BlsError(response.error().message())
@@ -146,6 +147,18 @@ class TritonPythonModel:
             return self._text_response(text, last)
         rest = text if self.accumulate else text[len(sent_text):] if text.startswith(sent_text) else ""
         return self._text_response(rest, last) if rest else None
+
+    def _stop(self, llm_id):
+        """Cancel the running tensorrt_llm request (the `stop` input with its request id), so a client
+        that went away frees its batch slot and KV-cache blocks."""
+        one = np.array([[1]], dtype=np.int32)
+        stop = pb_utils.InferenceRequest(
+            model_name=self.llm_model, request_id=llm_id, requested_output_names=[],
+            inputs=[pb_utils.Tensor("input_lengths", one), pb_utils.Tensor("request_output_len", one),
+                    pb_utils.Tensor("stop", np.array([[True]]))],
+        )
+        for _ in stop.exec(decoupled=True) if self.decoupled else [stop.exec()]:
+            pass
 
     def _detokenize(self, tokens):
         if not tokens:

@@ -1,0 +1,38 @@
+"""The smoke suite against the demo deployment, through the library and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline import cli
+from pipeline.smoke import SmokeSpec, run_smoke
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+
+def test_smoke_ensemble_passes(demo_server, tmp_path) -> None:
+    report = run_smoke(SmokeSpec(url=demo_server.grpc_url, model="ensemble", report=tmp_path / "smoke.json"))
+    failed = {c.name: c.detail for c in report.checks if not c.passed}
+    assert report.passed, failed
+    assert [c.name for c in report.checks] == [
+        "live_ready", "metadata", "greedy", "streaming", "max_tokens", "stop_word",
+        "tensorrt_llm_bls_equals_ensemble", "concurrent_8", "too_long_prompt"]
+    assert json.loads((tmp_path / "smoke.json").read_text())["passed"] is True
+
+
+def test_smoke_cli_on_bls(demo_server, capsys) -> None:
+    code = cli.run(["smoke", "--url", demo_server.grpc_url, "--model", "tensorrt_llm_bls", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0, [c for c in data["checks"] if not c["passed"]]
+    assert data["model"] == "tensorrt_llm_bls" and data["passed"] is True
+
+
+def test_smoke_fails_with_exit_4_when_no_server(capsys) -> None:
+    from pipeline.serve import free_port
+
+    code = cli.run(["smoke", "--url", f"127.0.0.1:{free_port()}", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 4
+    assert data["passed"] is False and data["checks"][0]["name"] == "live_ready"
