@@ -27,7 +27,7 @@ from pipeline.calibration import DEFAULT_CALIB_SIZE, CalibrationSet, load_calibr
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.gpus import check_precision, get_gpu
 from pipeline.output import OUT
-from pipeline.paths import stage_dir
+from pipeline.paths import build_root, model_slug, stage_dir
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Dtype = Literal["float16", "bfloat16"]
@@ -248,13 +248,22 @@ def _resolve_dtype(fmt: QuantFormat, asked: Optional[str]) -> Dtype:
 
 def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
     """(HF folder, model name): a folder is used in place; anything else goes through download."""
-    from pipeline.build.checkpoint import model_name_for
     from pipeline.download import DownloadSpec, _check_checkpoint_folder, download
 
     candidate = Path(spec.model).expanduser()
     if candidate.is_dir():
         _check_checkpoint_folder(candidate)
-        return candidate.resolve(), model_name_for(candidate)
+        folder = candidate.resolve()
+        root = (spec.root or build_root()).resolve()
+        # A `pipeline download` folder keeps its <model>; any other folder is named after itself.
+        made_by = read_manifest(folder) or {}
+        if made_by.get("stage") == "download" and isinstance(made_by.get("model"), str):
+            model = model_slug(made_by["model"])
+        elif root in folder.parents:
+            model = folder.relative_to(root).parts[0]
+        else:
+            model = model_slug(folder.name)
+        return folder, model
     result = download(DownloadSpec(source=spec.model, root=spec.root))
     return Path(result.path), result.model
 
@@ -395,6 +404,7 @@ def _finish_config(path: Path, plan: _Plan) -> dict[str, Any]:
     - rotary_base / rotary_scaling: transformers 5 moved rope_theta into `rope_parameters`, which
       ModelOpt's manual config path does not read, so TensorRT-LLM would fall back to 10000.
     - a 16-bit format with no KV quantization has quant_algo and kv_cache_quant_algo null.
+    - an empty per-layer quant_cfg.json is removed.
     """
     from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
 
@@ -418,7 +428,21 @@ def _finish_config(path: Path, plan: _Plan) -> dict[str, Any]:
         scaling.setdefault("type", scaling.get("rope_type"))
         config["rotary_scaling"] = scaling
     write_json_atomic(path, config)
+    _drop_empty_layer_config(path.parent / "quant_cfg.json")
     return config
+
+
+def _drop_empty_layer_config(path: Path) -> None:
+    """ModelOpt writes quant_cfg.json (per-layer formats, read by TensorRT-LLM only for
+    MIXED_PRECISION) whenever its layer map exists, even empty; an empty one says nothing."""
+    if not path.is_file():
+        return
+    try:
+        layers = json.loads(path.read_text(encoding="utf-8")).get("quantized_layers")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not layers:
+        path.unlink()
 
 
 def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: float) -> ConvertResult:

@@ -26,6 +26,8 @@ CalibDataOpt = Annotated[
                  "(default: the shipped set)."),
 ]
 CalibSizeOpt = Annotated[int, typer.Option("--calib-size", min=1, help="Number of calibration samples to use.")]
+CalibMaxLenOpt = Annotated[int, typer.Option("--calib-max-len", min=8, help="Tokens per calibration sample (longer ones are cut).")]
+CalibBatchOpt = Annotated[int, typer.Option("--calib-batch-size", min=1, help="Calibration samples per forward pass.")]
 DtypeOpt = Annotated[
     Optional[str], typer.Option("--dtype", help="float16 or bfloat16: unquantized layers and activations (default float16).")
 ]
@@ -46,6 +48,8 @@ def convert(
     gpu: OptionalGpuOpt = None,
     calib_data: CalibDataOpt = None,
     calib_size: CalibSizeOpt = DEFAULT_CALIB_SIZE,
+    calib_max_len: CalibMaxLenOpt = 256,
+    calib_batch_size: CalibBatchOpt = 4,
     dtype: DtypeOpt = None,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -61,7 +65,7 @@ def convert(
 
     spec = ConvertSpec(
         model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
-        calib_size=calib_size, dtype=dtype, force=force,  # type: ignore[arg-type]
+        calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype, force=force,  # type: ignore[arg-type]
     )
     result = run_convert(spec)
     if result.skipped:
