@@ -89,3 +89,31 @@ profiles: $(STAMP)
 	$(PIPE) profiles --model $(MODEL) $(if $(filter-out auto,$(GPU)),--gpu $(GPU),--gpu auto)
 doctor: $(STAMP)
 	$(PIPE) doctor
+
+# Serve a rendered repository in the foreground (Ctrl-C stops it): make serve REPO=build/<model>/triton/<profile-id>
+# Benchmark it: make bench URL=127.0.0.1:8001 [CONCURRENCY=1,2,4,8,16] [BENCH_ARGS="--isl 128 --osl 32 --slo ttft_p99_ms=500"]
+# harness-ceiling: bench harness vs a raw tritonclient loop at concurrency 64 on the zero-work echo model.
+REPO ?=
+URL ?= 127.0.0.1:8001
+CONCURRENCY ?= 1,2,4,8,16
+.PHONY: serve bench harness-ceiling
+serve: $(STAMP)
+	$(PIPE) serve $(REPO)
+bench: $(STAMP)
+	$(PIPE) bench --url $(URL) --concurrency $(CONCURRENCY) $(BENCH_ARGS)
+harness-ceiling: $(STAMP)
+	$(BIN)/python scripts/harness_ceiling.py
+
+# Render a Triton repository from an engine folder, and smoke-test a running server:
+#   make render ENGINE=build/<model>/engines/<profile-id> [RENDER_ARGS="--max-queue-size 64"]
+#   make smoke URL=localhost:8001 [SMOKE_MODEL=tensorrt_llm_bls]
+SMOKE_MODEL ?= ensemble
+.PHONY: render smoke
+render: $(STAMP)
+	$(PIPE) render --engine $(ENGINE) $(RENDER_ARGS)
+smoke: $(STAMP)
+	$(PIPE) smoke --url $(URL) --model $(SMOKE_MODEL)
+
+.PHONY: bench-convert
+bench-convert: $(STAMP)   ## wall time and peak memory of each convert format -> build/<model>/reports/convert-bench.{json,png}
+	$(BIN)/python scripts/bench_convert.py --model $(MODEL)
