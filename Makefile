@@ -117,3 +117,10 @@ smoke: $(STAMP)
 .PHONY: bench-convert
 bench-convert: $(STAMP)   ## wall time and peak memory of each convert format -> build/<model>/reports/convert-bench.{json,png}
 	$(BIN)/python scripts/bench_convert.py --model $(MODEL)
+
+# Soak: the demo deployment under 32 concurrent streams for 10 minutes, 0 failed/lost requests and stable
+# server RSS (exit 4 otherwise; the summary JSON lands in $(BUILD_DIR)/reports/soak.json). `make test` runs a 60 s one.
+SOAK_S ?= 600
+.PHONY: soak
+soak: $(STAMP)
+	$(BIN)/python scripts/soak.py --demo --build-dir $(BUILD_DIR) --duration $(SOAK_S) --concurrency 32 --out $(BUILD_DIR)/reports/soak.json

@@ -1,0 +1,198 @@
+"""Soak a served model: N concurrent streams for a duration with pipeline.bench's runner, counting
+every request (none may be lost or fail) and sampling the RSS of the whole tritonserver process tree
+(server + Python-backend stubs) before, during and after.
+
+    python scripts/soak.py --url 127.0.0.1:8001 --server-pid PID --duration 600 --concurrency 32
+    python scripts/soak.py --demo --duration 600            # start the demo deployment itself
+
+Exit 0 when every request succeeded and the server's RSS grew by less than the allowed margin;
+exit 4 otherwise (a gate, like the other CI gates). The JSON summary goes to stdout (and --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RSS_GROWTH_MIB = 256.0  # allowed growth of the server tree's RSS over the soak ...
+RSS_GROWTH_FRACTION = 0.15  # ... or this share of the starting RSS, whichever is larger
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """RSS of a process and all its descendants (tritonserver + triton_python_backend_stub)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+async def _soak(url: str, model: str, duration_s: float, concurrency: int, isl: int, osl: int, server_pid: int | None,
+                sample_every_s: float, request_timeout_s: float) -> dict[str, Any]:
+    from pipeline.bench.runner import Runner
+    from pipeline.bench.spec import Dist
+    from pipeline.bench.transport import TritonTransport, model_info
+    from pipeline.bench.workload import load_tokenizer, synthetic_requests
+
+    info = model_info(url, model)
+    if info.tokenizer_dir is None:
+        raise SystemExit(f"{model} at {url} does not name its tokenizer folder")
+    tokenizer = load_tokenizer(info.tokenizer_dir)
+    pool = synthetic_requests(tokenizer, Dist(mean=isl), Dist(mean=osl), 64, seed=0)
+    counter = itertools.count()
+
+    def endless():
+        for index in counter:
+            yield dataclasses.replace(pool[index % len(pool)], index=index)
+
+    transport = _Counting(TritonTransport(url, info, timeout_s=request_timeout_s))
+    runner = Runner(transport, request_timeout_s=request_timeout_s)
+    samples: list[tuple[float, int]] = []
+    try:
+        await runner.warmup([dataclasses.replace(pool[i], index=-1 - i) for i in range(concurrency)], concurrency)
+        rss_start = tree_rss_bytes(server_pid) if server_pid else None
+        started = time.monotonic()
+
+        async def sampler() -> None:
+            while server_pid:
+                samples.append((round(time.monotonic() - started, 1), tree_rss_bytes(server_pid)))
+                await asyncio.sleep(sample_every_s)
+
+        task = asyncio.ensure_future(sampler())
+        records = await runner.concurrency_level(endless(), concurrency, duration_s)
+        elapsed = time.monotonic() - started
+        task.cancel()
+        sent = transport.started - concurrency  # every request that reached the wire must have a record
+        await asyncio.sleep(2.0)  # let the server release what the last requests held
+        rss_end = tree_rss_bytes(server_pid) if server_pid else None
+    finally:
+        await transport.inner.close()
+    errors = [r.error for r in records if not r.ok]
+    latencies = [r.end_t - r.send_t for r in records if r.ok and r.end_t is not None]
+    ttfts = [r.first_t - r.send_t for r in records if r.ok and r.first_t is not None]
+    summary: dict[str, Any] = {
+        "url": url, "model": model, "concurrency": concurrency, "duration_s": round(elapsed, 1), "isl": isl, "osl": osl,
+        "requests_sent": sent, "requests_recorded": len(records), "ok": len(records) - len(errors),
+        "errors": len(errors), "error_examples": sorted(set(e or "" for e in errors))[:5],
+        "requests_per_s": round(len(records) / elapsed, 2) if elapsed else None,
+        "latency_p50_s": _round(_percentile(latencies, 0.50)), "latency_p99_s": _round(_percentile(latencies, 0.99)),
+        "ttft_p99_s": _round(_percentile(ttfts, 0.99)),
+        "server_rss_start_mib": _mib(rss_start), "server_rss_end_mib": _mib(rss_end),
+        "server_rss_max_mib": _mib(max((s[1] for s in samples), default=None)),
+        "rss_samples_mib": [(t, _mib(b)) for t, b in samples],
+    }
+    summary["lost"] = summary["requests_sent"] - summary["requests_recorded"]
+    if rss_start and rss_end:
+        allowed = max(RSS_GROWTH_MIB, RSS_GROWTH_FRACTION * rss_start / 2**20)
+        summary["rss_growth_mib"] = round((rss_end - rss_start) / 2**20, 1)
+        summary["rss_allowed_growth_mib"] = round(allowed, 1)
+        summary["rss_stable"] = summary["rss_growth_mib"] <= allowed
+    summary["passed"] = summary["errors"] == 0 and summary["lost"] == 0 and summary.get("rss_stable", True)
+    return summary
+
+
+class _Counting:
+    """The transport, counting the requests put on the wire (warm-up included)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.started = inner, 0
+
+    def stream(self, request):
+        self.started += 1
+        return self.inner.stream(request)
+
+    def decode(self, payload):
+        return self.inner.decode(payload)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _mib(value: int | None) -> float | None:
+    return None if not value else round(value / 2**20, 1)
+
+
+def soak(url: str, *, model: str = "ensemble", duration_s: float = 600.0, concurrency: int = 32, isl: int = 32,
+         osl: int = 16, server_pid: int | None = None, sample_every_s: float = 5.0,
+         request_timeout_s: float = 120.0) -> dict[str, Any]:
+    """Run the soak against a running server; returns the summary (see `passed`)."""
+    return asyncio.run(_soak(url, model, duration_s, concurrency, isl, osl, server_pid, sample_every_s, request_timeout_s))
+
+
+def _demo_server(build: Path):
+    """The demo deployment as the integration tests make it (download demo -> reference engine -> render -> serve)."""
+    import os
+    import sysconfig
+
+    from pipeline.download import DownloadSpec, download
+    from pipeline.reference_engine import write_reference_engine_dir
+    from pipeline.render import RenderSpec, render
+    from pipeline.serve import ServerSpec, start_server
+
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    hf = download(DownloadSpec(source="demo", root=build)).path
+    engine = write_reference_engine_dir(hf, build / "smollm2-demo" / "engines" / "ref-soak",
+                                        {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048})
+    repo = render(RenderSpec(engine=engine, runtime="reference")).repo
+    return start_server(ServerSpec(repo=repo, log_file=build / "logs" / "soak-tritonserver.log", ready_timeout_s=900))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="Triton gRPC HOST:PORT (or --demo)")
+    parser.add_argument("--server-pid", type=int, help="tritonserver pid, for the RSS of its process tree")
+    parser.add_argument("--demo", action="store_true", help="start the demo deployment under --build-dir and soak it")
+    parser.add_argument("--build-dir", type=Path, default=Path("build"))
+    parser.add_argument("--model", default="ensemble")
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--isl", type=int, default=32)
+    parser.add_argument("--osl", type=int, default=16)
+    parser.add_argument("--out", type=Path, help="also write the JSON summary here")
+    args = parser.parse_args(argv)
+    if not args.demo and not args.url:
+        parser.error("give --url (and --server-pid) or --demo")
+    if args.demo:
+        with _demo_server(args.build_dir.resolve()) as server:
+            summary = soak(server.grpc_url, model=args.model, duration_s=args.duration, concurrency=args.concurrency,
+                           isl=args.isl, osl=args.osl, server_pid=server.pid)
+    else:
+        summary = soak(args.url, model=args.model, duration_s=args.duration, concurrency=args.concurrency,
+                       isl=args.isl, osl=args.osl, server_pid=args.server_pid)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0 if summary["passed"] else 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
