@@ -96,12 +96,32 @@ def find_tritonserver() -> TritonBinary:
         raise ToolMissingError(f"The nvidia-pytriton wheel has no server binary at {binary}.",
                                hint="Reinstall nvidia-pytriton (0.7.x) or put tritonserver on PATH.")
     backend_dir = _private_backends(dist)
+    library_path = [str(libs)]
+    python_lib = _python_libdir()
+    if python_lib:  # before the system's: the stub must run the same libpython as this interpreter
+        library_path.insert(0, python_lib)
     env = {
-        "LD_LIBRARY_PATH": _join_path(str(libs), os.environ.get("LD_LIBRARY_PATH", "")),
+        "LD_LIBRARY_PATH": _join_path(":".join(library_path), os.environ.get("LD_LIBRARY_PATH", "")),
         # the Python-backend stub embeds an interpreter: it must import from this environment
         "PATH": _join_path(str(Path(sys.executable).parent), os.environ.get("PATH", "")),
     }
     return TritonBinary(path=binary, backend_dir=backend_dir, env=env, source="nvidia-pytriton")
+
+
+def _python_libdir() -> str | None:
+    """The folder holding this interpreter's shared libpython, when it has one.
+
+    The stub links libpython<major.minor>.so.1.0 by name; if the loader finds another build of the
+    same minor version first (a distribution package beside a pyenv/conda Python), extension
+    modules of this interpreter's stdlib fail with undefined symbols (e.g. _ssl: _PyModule_Add).
+    """
+    import sysconfig
+
+    libdir = sysconfig.get_config_var("LIBDIR")
+    name = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
+    if libdir and (Path(libdir) / name).is_file():
+        return libdir
+    return None
 
 
 def _join_path(first: str, rest: str) -> str:
@@ -429,15 +449,21 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _first_line(text: str, limit: int = 400) -> str:
+    """Triton quotes Python tracebacks with literal \\n: keep the message, drop the 'At:' frames."""
+    text = text.split("\\n\\nAt:")[0].split("\\n")[0].strip().rstrip('"')
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load_failures(log_text: str) -> dict[str, str]:
-    """Failing model -> the log line that says why, from a tritonserver log."""
+    """Failing model -> the log line that says why, from a tritonserver log (tracebacks cut)."""
     failures: dict[str, str] = {}
     for line in log_text.splitlines():
         match = _LOAD_FAILED.search(line)
         if match:
-            failures.setdefault(match.group(1), line.strip())
+            failures.setdefault(match.group(1), _first_line(line.strip()))
     for match in _TABLE_ROW.finditer(log_text):
-        failures.setdefault(match.group(1), match.group(0).strip())
+        failures.setdefault(match.group(1), _first_line(match.group(0).strip()))
     return failures
 
 

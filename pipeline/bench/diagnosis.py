@@ -48,6 +48,15 @@ def _errors(levels: Sequence[dict[str, Any]]) -> list[Hint]:
 
 
 def _queueing(levels, servers) -> list[Hint]:
+    for level in reversed(list(levels)):  # the runtime's own timestamps see the in-flight batcher's queue
+        wait, ttft = (level.get("server_queue_ms") or {}).get("p50"), (level.get("server_ttft_ms") or {}).get("p50")
+        if wait is not None and ttft and wait > 0.5 * ttft and wait >= 1.0:
+            return [Hint(
+                finding="requests wait for a batch slot longer than their prefill takes",
+                measurement=f"server first_scheduled - arrival p50 {wait:.1f} ms of server TTFT p50 {ttft:.1f} ms "
+                            f"at {level['load']} (return_perf_metrics)",
+                action="Raise max_batch_size (and max_num_tokens) or add replicas: the in-flight batcher is full.",
+            )]
     for level, server in reversed(list(zip(levels, servers))):
         if not server or not server.get("models"):
             continue

@@ -39,6 +39,7 @@ class RequestMetrics:
     output_tok_s: float | None
     send_unix_ns: int
     server_ttft_ms: float | None = None  # server first_token_time - arrival_time, when reported
+    server_queue_ms: float | None = None  # server first_scheduled_time - arrival_time: waiting for a batch slot
     client_minus_server_first_token_ms: float | None = None
 
 
@@ -53,8 +54,10 @@ def request_metrics(record: RequestRecord, osl: int | None) -> RequestMetrics:
             tpot = (latency - ttft) / (osl - 1)
         if osl and latency > 0:
             per_user = osl / (latency / MS)
-    server_ttft = diff = None
+    server_ttft = diff = queue = None
     perf = record.perf or {}
+    if ok and "first_scheduled_time_ns" in perf and "arrival_time_ns" in perf:
+        queue = (perf["first_scheduled_time_ns"] - perf["arrival_time_ns"]) / 1e6
     if ok and "first_token_time_ns" in perf and "arrival_time_ns" in perf:
         server_ttft = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / 1e6
         # the client's first-response wall time minus the server's first-token wall time
@@ -64,7 +67,7 @@ def request_metrics(record: RequestRecord, osl: int | None) -> RequestMetrics:
         index=record.index, ok=ok, error=record.error, isl=record.isl, osl=osl if ok else None,
         osl_target=record.min_tokens, responses=len(record.chunk_t), ttft_ms=ttft, latency_ms=latency,
         tpot_ms=tpot, output_tok_s=per_user, send_unix_ns=record.send_unix_ns,
-        server_ttft_ms=server_ttft, client_minus_server_first_token_ms=diff,
+        server_ttft_ms=server_ttft, server_queue_ms=queue, client_minus_server_first_token_ms=diff,
     )
 
 
@@ -97,6 +100,7 @@ def level_summary(run: LevelRun, metrics: Sequence[RequestMetrics]) -> dict[str,
         "isl": summarize(m.isl for m in metrics),
         "osl": summarize(m.osl for m in good),
         "server_ttft_ms": summarize(m.server_ttft_ms for m in good),
+        "server_queue_ms": summarize(m.server_queue_ms for m in good),
         "client_minus_server_first_token_ms": summarize(m.client_minus_server_first_token_ms for m in good),
         "error_messages": _error_counts(errors),
     }

@@ -13,7 +13,8 @@ from pipeline.artifacts import write_json_atomic, write_text_atomic
 from pipeline.output import to_jsonable
 
 CSV_FIELDS = ("level", "index", "ok", "error", "isl", "osl", "osl_target", "responses", "ttft_ms", "tpot_ms",
-              "latency_ms", "output_tok_s", "server_ttft_ms", "client_minus_server_first_token_ms", "send_unix_ns")
+              "latency_ms", "output_tok_s", "server_ttft_ms", "server_queue_ms", "client_minus_server_first_token_ms",
+              "send_unix_ns")
 
 
 def _f(value: Any, digits: int = 1) -> str:
@@ -90,6 +91,12 @@ def markdown(result: Any) -> str:
         out += ["## Server-side (Prometheus, growth over each level)", "",
                 _md_table(["load", "model", "requests", "queue ms/req", "compute ms/req", "request ms/req", "avg batch"],
                           server_rows), ""]
+    perf_rows = [[lv["load"], _f(lv["server_queue_ms"]["p50"]), _f(lv["server_ttft_ms"]["p50"]), _f(lv["ttft_ms"]["p50"]),
+                  _f(lv["client_minus_server_first_token_ms"]["p50"], 2)] for lv in result.levels if lv["server_ttft_ms"]["count"]]
+    if perf_rows:
+        out += ["## Server timestamps (return_perf_metrics)", "",
+                _md_table(["load", "scheduler wait p50 ms", "server TTFT p50 ms", "client TTFT p50 ms",
+                           "client first response - server first token p50 ms"], perf_rows), ""]
     if result.prefill_decode:
         pd = result.prefill_decode
         out += ["## Prefill vs decode", "",

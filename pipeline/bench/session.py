@@ -186,12 +186,15 @@ def predictions(spec: BenchSpec, result: BenchResult) -> list[dict[str, Any]] | 
     """The planner's TTFT/TPOT/throughput beside each concurrency level, when --gpu is given."""
     if not spec.gpu or result.tokenizer_dir is None:
         return None
-    config = Path(result.tokenizer_dir) / "config.json"
     try:
         from pipeline import plan
     except ImportError:
         return None
-    if not config.is_file() or not hasattr(plan, "predict"):
+    tok = Path(result.tokenizer_dir)
+    # the HF config beside the tokenizer: an HF folder, or a reference engine's model/ folder
+    config = next((c for c in (tok / "config.json", tok.parent / "model" / "config.json")
+                   if c.is_file() and "num_hidden_layers" in c.read_text(encoding="utf-8")), None)
+    if config is None or not hasattr(plan, "predict"):
         return None
     model = plan.model_spec_from_config(config)
     rows = []

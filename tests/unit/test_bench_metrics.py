@@ -111,3 +111,19 @@ def test_spec_parsing_and_defaults() -> None:
     assert BenchSpec(url="h:1", duration_s=5).level_requests(4) is None
     with pytest.raises(InvalidInputError):
         BenchSpec(url="h:1", concurrency=(0,))
+
+
+def test_server_timestamps_give_scheduler_wait_and_its_hint() -> None:
+    from pipeline.bench.metrics import request_metrics
+    from pipeline.bench.runner import RequestRecord
+
+    record = RequestRecord(index=0, isl=8, max_tokens=4, min_tokens=4, send_t=10.0, first_t=10.5, last_t=11.0,
+                           chunk_t=[10.5, 11.0], send_unix_ns=1_000_000_000_000,
+                           perf={"arrival_time_ns": 1_000_010_000_000, "first_scheduled_time_ns": 1_000_310_000_000,
+                                 "first_token_time_ns": 1_000_490_000_000})
+    m = request_metrics(record, 4)
+    assert m.server_queue_ms == pytest.approx(300.0) and m.server_ttft_ms == pytest.approx(480.0)
+    assert m.client_minus_server_first_token_ms == pytest.approx(10.0)
+    level = {**_level("c=8", 8, 10.0, 500.0), "server_queue_ms": {"p50": 300.0}, "server_ttft_ms": {"p50": 480.0}}
+    (hint,) = [h for h in diagnose([level], [None]) if "batch slot" in h.finding]
+    assert "first_scheduled - arrival p50 300.0 ms" in hint.measurement
