@@ -91,6 +91,7 @@ class Runner:
         self.request_timeout_s = request_timeout_s
         self.on_done = on_done
         self.wall_ns = wall_ns
+        self._compact = getattr(transport, "compact", None)
 
     async def one(self, request: BenchRequest) -> RequestRecord:
         clock = self.clock
@@ -119,6 +120,7 @@ class Runner:
         """The hot path: stamp the time and keep the payload; decoding waits until the level ends."""
         clock = self.clock
         times, payloads = record.chunk_t, record.payloads
+        compact = self._compact
         async for payload, error in self.transport.stream(request):
             now = clock()
             if error is not None:
@@ -128,7 +130,7 @@ class Runner:
                 record.first_t = now
             record.last_t = now
             times.append(now)
-            payloads.append(payload)
+            payloads.append(payload if compact is None else compact(payload))
 
     def decode(self, records: list[RequestRecord]) -> None:
         """Payloads to text parts and server timestamps, after the timing is over."""

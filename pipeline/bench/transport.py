@@ -28,7 +28,8 @@ class Chunk(NamedTuple):
 
 class Transport(Protocol):
     """stream() yields (payload, error) per response, error None when it is fine; decode(payload)
-    turns a payload into a Chunk after the run, so the hot path only stamps times."""
+    turns a payload into a Chunk after the run, so the hot path only stamps times. A transport may
+    also have compact(payload) -> smaller payload, called on the hot path to bound memory."""
 
     def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]: ...
 
@@ -132,8 +133,33 @@ class TritonTransport:
 
         return self.client.stream_infer(one_request(), stream_timeout=self.timeout_s)
 
+    def compact(self, result: Any) -> Any:
+        """On the hot path: keep only text_output's serialized bytes (a few bytes per token, instead
+        of the whole response object, so long runs stay small). With perf metrics the whole result
+        is kept, for its timestamp outputs."""
+        if self.perf_metrics:
+            return result
+        response = result.get_response()
+        outputs = response.outputs
+        for index in range(len(outputs)):
+            if outputs[index].name == "text_output":
+                return response.raw_output_contents[index]
+        return b""
+
     def decode(self, payload: Any) -> Chunk:
+        if isinstance(payload, bytes):
+            return Chunk(text=_bytes_tensor_join(payload))
         return _chunk(payload, self.perf_metrics)
+
+
+def _bytes_tensor_join(raw: bytes) -> bytes:
+    """The elements of a serialized Triton BYTES tensor (4-byte little-endian length + data each), joined."""
+    parts, offset = [], 0
+    while offset + 4 <= len(raw):
+        size = int.from_bytes(raw[offset:offset + 4], "little")
+        parts.append(raw[offset + 4:offset + 4 + size])
+        offset += 4 + size
+    return b"".join(parts)
 
 
 def _chunk(result: Any, perf_metrics: bool) -> Chunk:

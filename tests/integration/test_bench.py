@@ -83,6 +83,7 @@ def test_constant_rate_bounded_by_duration(echo_server, tokenizer_dir, tmp_path)
     assert code == 0
     (level,) = _report(tmp_path)["levels"]
     assert level["load"] == "rate=20/s" and level["requests"] == 20 and level["errors"] == 0
+    assert {r["osl"] for r in level["per_request"]} == {16}  # text kept as raw tensor bytes, decoded after
 
 
 def test_unreachable_server_is_a_clear_error(tokenizer_dir, tmp_path) -> None:

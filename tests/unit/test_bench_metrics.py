@@ -127,3 +127,14 @@ def test_server_timestamps_give_scheduler_wait_and_its_hint() -> None:
     level = {**_level("c=8", 8, 10.0, 500.0), "server_queue_ms": {"p50": 300.0}, "server_ttft_ms": {"p50": 480.0}}
     (hint,) = [h for h in diagnose([level], [None]) if "batch slot" in h.finding]
     assert "first_scheduled - arrival p50 300.0 ms" in hint.measurement
+
+
+def test_serialized_bytes_tensor_is_joined_like_tritonclient_reads_it() -> None:
+    from tritonclient.utils import serialize_byte_tensor
+
+    from pipeline.bench.transport import _bytes_tensor_join
+
+    pieces = np.array([" caf".encode(), "\u00e9 ".encode()[:1], "\u00e9 ".encode()[1:], b""], dtype=np.object_)
+    raw = serialize_byte_tensor(pieces).item()
+    assert _bytes_tensor_join(raw) == " caf\u00e9 ".encode()
+    assert _bytes_tensor_join(b"") == b""
