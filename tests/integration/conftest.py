@@ -4,8 +4,6 @@ repository -> a real tritonserver (through pipeline.serve). Tests using `demo_se
 
 from __future__ import annotations
 
-import os
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -34,17 +32,8 @@ def demo_server(demo_repo: Path, session_build_root: Path):
     """tritonserver serving the demo repository; yields the TritonServer (grpc_url, log_file, ...)."""
     from pipeline.serve import ServerSpec, start_server
 
-    _python_backend_libpython()
     spec = ServerSpec(repo=demo_repo, log_file=session_build_root / "logs" / "demo-tritonserver.log",
                       ready_timeout_s=600, warmup=True)
     with start_server(spec) as server:
         yield server
 
-
-def _python_backend_libpython() -> None:
-    """The Python-backend stub must load this interpreter's libpython, not the system one (an
-    `undefined symbol: _PyModule_Add` import error otherwise). Harmless once pipeline.serve does it."""
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    current = os.environ.get("LD_LIBRARY_PATH", "")
-    if libdir and libdir not in current.split(os.pathsep):
-        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, current) if p)
