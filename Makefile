@@ -49,9 +49,9 @@ test-fast: $(STAMP)
 gpus: $(STAMP)
 	$(PIPE) gpus
 
+# download -> convert (fp16) -> build (cpu) -> render -> serve -> smoke -> stop, one summary table
 demo: $(STAMP)
-	$(PIPE) download demo
-	$(PIPE) convert --model demo --quant fp16 --gpu cpu
+	$(PIPE) demo
 
 engine: $(STAMP)
 	$(PIPE) download $(MODEL)

@@ -72,7 +72,7 @@ def escape(text: str) -> str:
 def simple_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     table = Table(title=title, show_lines=False)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     return table
