@@ -636,10 +636,10 @@ def _convert_gguf(path: Path, tmp: Path) -> dict[str, Any]:
         with OUT.progress() as progress:
             task = progress.add_task(f"convert {name}", total=4)
             progress.update(task, description="tokenizer (GGUF vocabulary -> tokenizers)")
-            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
             progress.advance(task)
             progress.update(task, description="model (dequantize GGUF tensors)")
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, GGUF_DTYPE))
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, GGUF_DTYPE), trust_remote_code=False)
             progress.advance(task)
             progress.update(task, description="write model.safetensors")
             tensors = _state_dict_to_save(model)

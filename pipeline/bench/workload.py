@@ -38,7 +38,7 @@ def load_tokenizer(path: Path) -> Any:
         raise InvalidInputError(f"Tokenizer folder {path} does not exist.",
                                 hint="Pass --tokenizer DIR: the model's HF folder (tokenizer.json, tokenizer_config.json).")
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise InvalidInputError(f"Cannot load a tokenizer from {path}: {error}",
                                 hint="Pass --tokenizer DIR pointing at the served model's Hugging Face folder.") from error
