@@ -105,7 +105,8 @@ class ReferenceEngine:
         self.sampler = RequestSampler()
         # "sdpa": transformers 5.24 switches it to its paged form itself and warns that the
         # "paged|sdpa" spelling is deprecated.
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32,
+                                                     trust_remote_code=False)
         self.default_end_id = default_end_id if default_end_id is not None else _first(model.generation_config.eos_token_id)
         model._get_logits_processor = lambda _config: LogitsProcessorList([self.sampler])  # our sampler, their scheduler
         kv_tokens = limits.max_tokens_in_paged_kv_cache or limits.max_batch_size * limits.max_seq_len

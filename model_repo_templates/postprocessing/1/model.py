@@ -51,7 +51,7 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
-        tokenizer = AutoTokenizer.from_pretrained(parameters["tokenizer_dir"]["string_value"])
+        tokenizer = AutoTokenizer.from_pretrained(parameters["tokenizer_dir"]["string_value"], trust_remote_code=False)
         self.decoder = ContinuationDecoder(tokenizer, _flag(parameters, "skip_special_tokens", True))
 
     def execute(self, requests):

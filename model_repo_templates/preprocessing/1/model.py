@@ -67,7 +67,7 @@ class TritonPythonModel:
         parameters = config.get("parameters", {})
         tokenizer_dir = parameters["tokenizer_dir"]["string_value"]
         self.add_special_tokens = _flag(parameters, "add_special_tokens", True)
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.end_id = self.tokenizer.eos_token_id
