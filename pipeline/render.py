@@ -237,6 +237,12 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
         (target / "1").mkdir(parents=True, exist_ok=True)
         try:
             text = env.get_template(f"{model}/config.pbtxt.j2").render(**context)
+        except jinja2.TemplateNotFound as error:
+            raise InvalidInputError(
+                f"The template folder {templates} has no {model}/config.pbtxt.j2 (missing: {error.name}); a Triton "
+                f"repository needs every model of {', '.join(MODELS)}.",
+                hint="Restore the missing model folder, or unset PIPELINE_TEMPLATES_DIR to use the project's own "
+                "model_repo_templates/.") from error
         except jinja2.UndefinedError as error:
             raise StageFailedError(f"Template {model}/config.pbtxt.j2 uses a value render does not set: {error}.",
                                    hint="This is a template bug; fix the template or render.template_context.") from error

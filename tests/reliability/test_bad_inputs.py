@@ -88,10 +88,8 @@ ROWS: list[Row] = [
         "--runtime: Input should be 'tensorrtllm' or 'reference'"),
     Row("render-reference-engine-as-trt", ("render", "--engine", "{engine}", "--runtime", "tensorrtllm", "--out", "{tmp}/r"), 2,
         "is a reference-runtime folder"),
-    Row("template-folder-missing-a-model", ("render", "--engine", "{engine}", "--out", "{tmp}/r"), 1, "tensorrt_llm",
-        needs=("templates",),
-        bug="render.write_repository lets jinja2.TemplateNotFound escape (exit 70 'Internal error'); catch it beside "
-            "UndefinedError and raise StageFailedError naming the missing <model>/config.pbtxt.j2"),
+    Row("template-folder-missing-a-model", ("render", "--engine", "{engine}", "--out", "{tmp}/r"), 2,
+        "has no tensorrt_llm/config.pbtxt.j2", needs=("templates",)),
     Row("serve-repo-missing", ("serve", "{tmp}/nothing"), 2, "does not exist"),
     Row("serve-repo-without-models", ("serve", "{empty_dir}"), 2, "holds no model folder with a config.pbtxt"),
     Row("port-in-use", ("serve", str(FIXTURES / "echo_repo"), "--http-port", "{busy_port}"), 2, "is already in use",
