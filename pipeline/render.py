@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.artifacts import atomic_dir, build_manifest, folder_hash, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.paths import build_root, safe_name
+from pipeline.profiles import check_engine_compatible
 from pipeline.versions import TRTLLM_VERSION
 
 Runtime = Literal["tensorrtllm", "reference"]
@@ -130,6 +131,9 @@ def render(spec: RenderSpec) -> RenderResult:
     started = time.time()
     engine = Path(spec.engine).resolve()
     config = read_engine_config(engine)
+    # Version only: rendering needs no GPU (CI renders on CPU machines for GPU clusters); `serve`
+    # checks the GPU too, where the engine is loaded.
+    check_engine_compatible(engine, gpu_key=None, trtllm_version=None)
     build_config = config["build_config"]
     runtime: Runtime = spec.runtime or ("reference" if config.get("runtime") == "reference" else "tensorrtllm")
     if runtime == "reference" and config.get("runtime") != "reference":

@@ -367,6 +367,28 @@ def check_repo(spec: ServerSpec) -> None:
             )
 
 
+def check_engine(repo: Path) -> None:
+    """Refuse a repository whose TensorRT engine cannot run here (pipeline.profiles.check_engine_compatible):
+    built by another TensorRT-LLM version, or for another GPU architecture, or no GPU at all. Only when
+    tensorrt_llm's gpt_model_path is an engine folder on this machine; a path inside a container or a
+    reference-runtime repository is left to the backend."""
+    config = repo / "tensorrt_llm" / "config.pbtxt"
+    if not config.is_file() or _backend_of(config) != "tensorrtllm":
+        return
+    match = re.search(r'key:\s*"gpt_model_path"\s*value:\s*\{\s*string_value:\s*"([^"]+)"', config.read_text(encoding="utf-8"))
+    engine = Path(match.group(1)) if match else None
+    if engine is None or not (engine / "config.json").is_file():
+        return
+    from pipeline.doctor import detect_gpu_key
+    from pipeline.profiles import check_engine_compatible
+
+    try:
+        gpu = detect_gpu_key()  # NVML or nvidia-smi: milliseconds; "cpu" when there is no GPU
+    except UnsupportedError:
+        gpu = None  # a GPU missing from the table: the version check only
+    check_engine_compatible(engine, gpu_key=gpu)
+
+
 def _backend_of(config: Path) -> str | None:
     match = re.search(r'^\s*backend\s*:\s*"([^"]+)"', config.read_text(encoding="utf-8"), re.M)
     return match.group(1) if match else None
@@ -380,6 +402,7 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
     message names the model and quotes the log line).
     """
     check_repo(spec)
+    check_engine(spec.repo)
     spec = resolve_ports(spec)
     if binary is None:
         binary = find_tritonserver()

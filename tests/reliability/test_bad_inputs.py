@@ -245,23 +245,53 @@ def test_engine_for_another_trtllm_version_or_gpu_is_refused(tmp_path: Path) -> 
     assert check_engine_compatible(hopper, "h200").gpu == "h100-sxm"  # same SM 9.0: accepted
 
 
-@pytest.mark.xfail(strict=True, reason="render does not call pipeline.profiles.check_engine_compatible: an engine "
-                   "built by another TensorRT-LLM version renders without complaint (fix: call "
-                   "check_engine_compatible(engine) in render.render before writing anything)")
-def test_render_refuses_engine_of_another_trtllm_version(tmp_path: Path, capsys) -> None:
+def _trt_engine(folder: Path, version: str) -> Path:
+    """A TensorRT engine folder's config.json + manifest (no engine file: the checks read only these)."""
     from pipeline.profiles import BuildProfile
 
-    engine = tmp_path / "build" / "m" / "engines" / "old"
-    engine.mkdir(parents=True)
-    (engine / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": {"max_batch_size": 8}}))
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"version": version, "build_config": {"max_batch_size": 8}}))
     built = BuildProfile(model="m", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
-                         trtllm_version="0.12.0")
-    (engine / "manifest.json").write_text(json.dumps({"stage": "build", "profile": built.model_dump(mode="json")}))
+                         trtllm_version=version)
+    (folder / "manifest.json").write_text(json.dumps({"stage": "build", "profile": built.model_dump(mode="json")}))
+    return folder
+
+
+def test_render_refuses_engine_of_another_trtllm_version(tmp_path: Path, monkeypatch, capsys) -> None:
+    """render checks the TensorRT-LLM version only (it needs no GPU: CI renders for GPU clusters)."""
+    from pipeline.versions import TRTLLM_VERSION
+
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
+    engine = _trt_engine(tmp_path / "build" / "m" / "engines" / "old", "0.12.0")
     tokenizer = tmp_path / "tok"
     tokenizer.mkdir()
     (tokenizer / "tokenizer.json").write_text("{}")
     code = run(["render", "--engine", str(engine), "--tokenizer", str(tokenizer)])
-    assert code == 2 and "TensorRT-LLM 0.12.0" in capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "built with TensorRT-LLM 0.12.0" in err and f"this environment has {TRTLLM_VERSION}" in err, err
+    assert not (tmp_path / "build" / "m" / "triton").exists()
+
+
+@pytest.mark.parametrize("version, fragment", [("0.12.0", "built with TensorRT-LLM 0.12.0"),
+                                               (None, "needs an NVIDIA GPU and there is none here")])
+def test_serve_refuses_engine_it_cannot_run(version: str | None, fragment: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """serve reads the engine from tensorrt_llm's gpt_model_path and checks the version and this machine's GPU
+    (pipeline.doctor.detect_gpu_key) before starting anything."""
+    from pipeline.doctor import detect_gpu_key
+    from pipeline.versions import TRTLLM_VERSION
+
+    if version is None and detect_gpu_key() != "cpu":
+        pytest.skip("this machine has a GPU: the no-GPU refusal cannot happen here")
+    engine = _trt_engine(tmp_path / "engine", version or TRTLLM_VERSION)
+    repo = tmp_path / "repo"
+    (repo / "tensorrt_llm" / "1").mkdir(parents=True)
+    (repo / "tensorrt_llm" / "config.pbtxt").write_text(
+        f'name: "tensorrt_llm"\nbackend: "tensorrtllm"\nparameters: {{\n  key: "gpt_model_path"\n'
+        f'  value: {{ string_value: "{engine}" }}\n}}\n')
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
+    code = run(["serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and fragment in err and "hint:" in err, err
 
 
 @pytest.mark.triton
