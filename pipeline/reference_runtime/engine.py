@@ -149,6 +149,7 @@ class ReferenceEngine:
                 f"Prompt has {prompt} tokens, more than this engine's max_input_len {self.limits.max_input_len}. "
                 "Shorten the prompt or build the engine with a larger max_input_len."
             )
+        check_sampling(request.sampling, names={"top_k": "top_k (runtime_top_k)", "top_p": "top_p (runtime_top_p)"})
         if request.max_new_tokens < 1:
             raise RequestError(f"request_output_len must be at least 1, got {request.max_new_tokens}.")
         if prompt + request.max_new_tokens > self.limits.max_seq_len:
@@ -307,6 +308,20 @@ class ReferenceEngine:
 
     def _wall_ns(self, perf: float) -> int:
         return int(self._wall0 + (perf - self._perf0) * 1e9)
+
+
+def check_sampling(options: SamplingOptions, names: dict[str, str] | None = None) -> None:
+    """Refuse what TensorRT-LLM's SamplingConfig refuses, naming the input: temperature < 0, top_p outside
+    [0, 1], top_k < 0 (and min_tokens < 0, non-finite numbers). `names` maps a field to the name the
+    client sent."""
+    names = names or {}
+    rules = (("temperature", options.temperature, lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+             ("top_p", options.top_p, lambda v: 0 <= v <= 1, "must be between 0 and 1 (0 turns it off)"),
+             ("top_k", options.top_k, lambda v: v >= 0, "must be >= 0 (0 turns it off)"),
+             ("min_tokens", options.min_tokens, lambda v: v >= 0, "must be >= 0"))
+    for field_name, value, ok, rule in rules:
+        if not (math.isfinite(value) and ok(value)):
+            raise RequestError(f"{names.get(field_name, field_name)} {rule}, got {value:g}.")
 
 
 def _first(value):

@@ -334,6 +334,7 @@ class ServerRow:
     fragment: str  # in the error message (case-insensitive)
     options: dict = field(default_factory=dict)  # GenerateRequest fields
     tweak: str | None = None  # a raw change to the tensors build_inputs makes
+    model: str = "ensemble"
     bug: str | None = None
 
 
@@ -343,13 +344,14 @@ SERVER_ROWS: list[ServerRow] = [
     ServerRow("max-tokens-zero", "at least 1", {"max_tokens": 0}),
     ServerRow("max-tokens-negative", "at least 1", {"max_tokens": -5}),
     ServerRow("empty-prompt", "empty", {"prompt": ""}),
-    ServerRow("temperature-negative", "temperature", {"temperature": -1.0},
-              bug="no sampling validation: the reference runtime accepts temperature -1 (fix: RequestError in "
-                  "ReferenceEngine.validate when temperature < 0)"),
-    ServerRow("top-p-above-one", "top_p", {"top_p": 2.0},
-              bug="no sampling validation: top_p 2 is accepted (fix: RequestError unless 0 <= top_p <= 1)"),
-    ServerRow("top-k-negative", "top_k", {"top_k": -5},
-              bug="no sampling validation: top_k -5 is accepted (fix: RequestError when top_k < 0)"),
+    ServerRow("temperature-negative", "temperature must be >= 0", {"temperature": -1.0}),
+    ServerRow("temperature-nan", "temperature must be >= 0", {"temperature": float("nan")}),
+    ServerRow("top-p-above-one", "top_p (runtime_top_p) must be between 0 and 1", {"top_p": 2.0}),
+    ServerRow("top-k-negative", "top_k (runtime_top_k) must be >= 0", {"top_k": -5}),
+    ServerRow("min-tokens-negative", "min_tokens must be >= 0", {"min_tokens": -3}),
+    ServerRow("temperature-negative-bls", "temperature must be >= 0", {"temperature": -1.0}, model="tensorrt_llm_bls"),
+    ServerRow("top-p-above-one-bls", "top_p must be between 0 and 1", {"top_p": 2.0}, model="tensorrt_llm_bls"),
+    ServerRow("top-k-negative-bls", "top_k must be >= 0", {"top_k": -5}, model="tensorrt_llm_bls"),
     ServerRow("non-utf8-prompt", "utf-8", {}, tweak="non_utf8"),
     ServerRow("stop-words-not-strings", "stop_words", {}, tweak="int_stop_words"),
     ServerRow("max-tokens-wrong-type", "max_tokens", {}, tweak="float_max_tokens"),
@@ -371,7 +373,7 @@ def _server_request(url: str, row: ServerRow, timeout_s: float = 60.0) -> tuple[
 
     options = {"prompt": "Tell me a short story.", "max_tokens": 8, **row.options}
     inputs = build_inputs(GenerateRequest(**options))
-    model = "ensemble"
+    model = row.model
     if row.tweak == "non_utf8":
         inputs[0].set_data_from_numpy(np.array([[b"caf\xe9 \xff\xfe bytes"]], dtype=object))
     elif row.tweak == "int_stop_words":

@@ -11,6 +11,7 @@ max_batch_size) so that many requests can stream at once.
 """
 
 import json
+import math
 import uuid
 
 import numpy as np
@@ -54,8 +55,26 @@ _PASS_OUT = (
 )
 
 
+# The sampling values TensorRT-LLM's SamplingConfig refuses (and the reference runtime, which says the same),
+# refused here before any work so both runtimes answer alike: input -> (is it valid, the rule).
+_SAMPLING_RULES = {
+    "temperature": (lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+    "top_p": (lambda v: 0 <= v <= 1, "must be between 0 and 1 (0 turns it off)"),
+    "top_k": (lambda v: v >= 0, "must be >= 0 (0 turns it off)"),
+    "min_tokens": (lambda v: v >= 0, "must be >= 0"),
+}
+
+
 class BlsError(Exception):
     pass
+
+
+def check_sampling(request):
+    for name, (ok, rule) in _SAMPLING_RULES.items():
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        for value in [] if tensor is None else tensor.as_numpy().reshape(-1).tolist():
+            if not (math.isfinite(value) and ok(value)):
+                raise BlsError(f"{name} {rule}, got {value:g}.")
 
 
 class TritonPythonModel:
@@ -89,6 +108,7 @@ class TritonPythonModel:
         for name in _MULTIMODAL:
             if pb_utils.get_input_tensor_by_name(request, name) is not None:
                 raise BlsError(f"Input '{name}' is not supported: this repository serves text-only models.")
+        check_sampling(request)
         stream_tensor = pb_utils.get_input_tensor_by_name(request, "stream")
         streaming = bool(stream_tensor.as_numpy().reshape(-1)[0]) if stream_tensor is not None else False
         if streaming and not self.decoupled:
@@ -177,7 +197,8 @@ class TritonPythonModel:
     def _exec(self, model, inputs, outputs):
         response = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs).exec()
         if response.has_error():
-            raise BlsError(f"{model}: {response.error().message()}")
+            message = response.error().message()
+            raise BlsError(message if message.startswith(f"{model}:") else f"{model}: {message}")
         return response
 
     def _text_response(self, text, llm_response):
