@@ -216,6 +216,7 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "encoder_input_features_data_type": "TYPE_FP16",
         "prompt_embedding_table_data_type": "TYPE_FP16",
         "tokenizer_dir": str(tokenizer),
+        "max_input_len": int(build_config.get("max_input_len") or 0),
         "add_special_tokens": "true",
         "skip_special_tokens": "true",
         "preprocessing_instance_count": spec.instances,

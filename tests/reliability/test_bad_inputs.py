@@ -339,7 +339,8 @@ class ServerRow:
 
 
 SERVER_ROWS: list[ServerRow] = [
-    ServerRow("prompt-beyond-max-input-len", "max_input_len 256", {"prompt": "hello " * 600}),
+    ServerRow("prompt-beyond-max-input-len", "preprocessing: prompt has", {"prompt": "hello " * 600}),
+    ServerRow("prompt-beyond-max-input-len-bls", "max_input_len 256", {"prompt": "hello " * 600}, model="tensorrt_llm_bls"),
     ServerRow("max-tokens-beyond-max-seq-len", "max_seq_len 512", {"max_tokens": 10_000}),
     ServerRow("max-tokens-zero", "at least 1", {"max_tokens": 0}),
     ServerRow("max-tokens-negative", "at least 1", {"max_tokens": -5}),

@@ -216,15 +216,19 @@ def test_k8s_pods_run_as_non_root(world: int, tmp_path: Path) -> None:
 
 @pytest.mark.triton
 @pytest.mark.slow
-def test_overlong_prompt_refused_before_generation(demo_server) -> None:
-    """20,000 words against max_input_len 256: refused in well under a second of model time, with the
-    limit named; the server then answers a normal request (nothing was queued for generation)."""
+def test_overlong_prompt_refused_before_generation(demo_server, demo_repo: Path) -> None:
+    """20,000 words against max_input_len 256: refused by preprocessing (the limit is rendered into its
+    config from the engine), so no token reaches tensorrt_llm; the server then answers a normal request."""
     from pipeline.client import generate
+    from pipeline.render import parse_model_config
 
+    config = parse_model_config(demo_repo / "preprocessing" / "config.pbtxt")
+    assert config.parameters["max_input_len"].string_value == "256"
     started = time.monotonic()
     answer = generate(demo_server.grpc_url, "ensemble", "word " * 20_000, max_tokens=4, timeout_s=60)
     elapsed = time.monotonic() - started
     assert answer.error is not None and "max_input_len 256" in answer.error, answer.error
+    assert "preprocessing: Prompt has" in answer.error, answer.error  # refused there, not by tensorrt_llm
     assert answer.output_tokens in (None, 0) and not answer.text
     assert elapsed < 10, f"the refusal took {elapsed:.1f} s"
     ok = generate(demo_server.grpc_url, "ensemble", "Hello", max_tokens=2, timeout_s=60)

@@ -67,6 +67,8 @@ class TritonPythonModel:
         parameters = config.get("parameters", {})
         tokenizer_dir = parameters["tokenizer_dir"]["string_value"]
         self.add_special_tokens = _flag(parameters, "add_special_tokens", True)
+        # the engine's prompt limit, enforced here so an over-long prompt never reaches tensorrt_llm (0: none)
+        self.max_input_len = int(parameters.get("max_input_len", {}).get("string_value") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -90,6 +92,11 @@ class TritonPythonModel:
             if pb_utils.get_input_tensor_by_name(request, name) is not None:
                 raise ValueError(f"{name} is not supported: this repository serves text-only models")
         ids = self.tokenizer.encode(query[0], add_special_tokens=self.add_special_tokens)
+        if self.max_input_len and len(ids) > self.max_input_len:
+            raise ValueError(
+                f"Prompt has {len(ids)} tokens, more than this engine's max_input_len {self.max_input_len}. "
+                "Shorten the prompt or build the engine with a larger max_input_len."
+            )
         outputs = [
             pb_utils.Tensor("INPUT_ID", np.array([ids], dtype=np.int32)),
             pb_utils.Tensor("REQUEST_INPUT_LEN", np.array([[len(ids)]], dtype=np.int32)),
