@@ -356,9 +356,10 @@ SERVER_ROWS: list[ServerRow] = [
     ServerRow("non-utf8-prompt", "utf-8", {}, tweak="non_utf8"),
     ServerRow("stop-words-not-strings", "stop_words", {}, tweak="int_stop_words"),
     ServerRow("max-tokens-wrong-type", "max_tokens", {}, tweak="float_max_tokens"),
-    ServerRow("max-tokens-missing", "max_tokens", {}, tweak="no_max_tokens",
-              bug="a request without the required max_tokens gets an empty final response and no error (Triton 2.51 "
-                  "ensemble never schedules preprocessing); the client sees success with no text"),
+    # Triton 2.51's ensemble answers a missing required input with an empty response and no error: the
+    # ensemble declares max_tokens optional so that preprocessing refuses the request by name
+    ServerRow("max-tokens-missing", "REQUEST_OUTPUT_LEN (max_tokens) is required", {}, tweak="no_max_tokens"),
+    ServerRow("max-tokens-missing-bls", "max_tokens", {}, tweak="no_max_tokens", model="tensorrt_llm_bls"),
     ServerRow("unknown-served-model", "unknown model", {}, tweak="unknown_model"),
 ]
 
