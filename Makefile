@@ -16,6 +16,7 @@ GOAL   ?= throughput
 TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
+DRY_RUN ?= 0
 BUILD_DIR ?= build
 export PIPELINE_BUILD_DIR := $(abspath $(BUILD_DIR))
 
@@ -53,9 +54,10 @@ gpus: $(STAMP)
 demo: $(STAMP)
 	$(PIPE) demo
 
+# download -> convert -> (EVAL=1: accuracy gate) -> build -> render. Inside the pinned image this
+# builds a real engine; elsewhere the build stops with exit 3 (DRY_RUN=1 prints the plan instead).
 engine: $(STAMP)
-	$(PIPE) download $(MODEL)
-	$(PIPE) convert --model $(MODEL) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --pp $(PP) --gpu $(GPU)
+	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -1,0 +1,63 @@
+"""`pipeline demo` and `pipeline engine`: the stages chained, with one summary table."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
+from pipeline.jobs import DemoSpec, DemoStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
+from pipeline.output import OUT, simple_table
+
+SourceArg = Annotated[str, typer.Argument(help="Download source: demo, hf:org/name[@rev], local:PATH, gguf:PATH.")]
+GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput.")]
+EvalOpt = Annotated[bool, typer.Option("--eval", help="Run the accuracy gate and record it in the checkpoint manifest.")]
+MaxDeltaOpt = Annotated[Optional[float], typer.Option("--max-delta", help="Allowed relative perplexity rise for --eval.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Stop at the build plan (no trtllm-build, no render).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+    app.command("engine")(engine)
+
+
+def _show(step: DemoStep) -> None:
+    OUT.info(f"[bold]{step.name}[/bold] {step.seconds:.1f} s  {step.detail}")
+
+
+def _rows(steps: list[DemoStep]) -> list[list[str]]:
+    return [[s.name, f"{s.seconds:.1f}", s.detail, s.artifact] for s in steps]
+
+
+def demo(source: SourceArg = "demo", quant: QuantOpt = "fp16", json_output: JsonOpt = False) -> None:
+    """download -> convert -> build (cpu) -> render -> serve -> smoke -> stop, with one summary table."""
+    set_json(json_output)
+    result = run_demo(DemoSpec(source=source, quant=quant), on_step=_show)
+    rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "PASS" if result.passed else "FAIL", ""]]
+    OUT.result(result, table=simple_table("make demo", ["step", "s", "result", "where"], rows))
+    require_demo_pass(result)
+
+
+def engine(
+    source: SourceArg = "demo",
+    gpu: GpuOpt = "h100",
+    quant: QuantOpt = "fp8",
+    kv_cache: KvCacheOpt = None,
+    goal: GoalOpt = "throughput",
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    eval_gate: EvalOpt = False,
+    max_delta: MaxDeltaOpt = None,
+    dry_run: DryRunOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs."""
+    set_json(json_output)
+    from pipeline.cli.render import _spec_error
+
+    spec = _spec_error(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
+                       evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run)
+    result = run_engine_job(spec, on_step=_show)
+    rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]
+    OUT.result(result, table=simple_table(f"engine: {gpu} {quant} {goal}", ["step", "s", "result", "where"], rows))

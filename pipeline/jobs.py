@@ -1,0 +1,175 @@
+"""Jobs that chain the stages, each step the same library call its own command makes.
+
+- demo: the whole job on the CPU with the demo model: download -> convert -> build -> render ->
+  serve -> smoke -> stop.
+- engine: what `make engine GPU=h100 MODEL=... QUANT=fp8` runs in the CI image: download ->
+  convert -> (evaluate gate) -> build -> render.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.errors import GateFailedError
+
+
+
+class DemoSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field("demo", description="download source (default: the bundled SmolLM2-135M-Instruct GGUF)")
+    quant: str = "fp16"
+    goal: str = "latency"
+    ready_timeout_s: float = Field(600.0, gt=0)
+    root: Path | None = None
+
+
+class EngineJobSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = "demo"
+    gpu: str = "h100"
+    quant: str = "fp8"
+    kv_cache: str | None = None
+    goal: Literal["latency", "throughput"] = "throughput"
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    evaluate: bool = False
+    max_delta: float | None = Field(None, ge=0)
+    dry_run: bool = False
+    root: Path | None = None
+
+
+class DemoStep(BaseModel):
+    name: str
+    seconds: float
+    artifact: str
+    detail: str = ""
+
+
+class DemoResult(BaseModel):
+    steps: list[DemoStep]
+    passed: bool
+    smoke: dict[str, Any]
+
+    @property
+    def total_s(self) -> float:
+        return round(sum(step.seconds for step in self.steps), 1)
+
+
+class EngineJobResult(BaseModel):
+    steps: list[DemoStep]
+    engine_dir: Path | None
+    repo: Path | None
+
+    @property
+    def total_s(self) -> float:
+        return round(sum(step.seconds for step in self.steps), 1)
+
+
+class _Steps:
+    """Times steps and reports each as it ends."""
+
+    def __init__(self, on_step: Callable[[DemoStep], None] | None) -> None:
+        self.steps: list[DemoStep] = []
+        self._on_step = on_step
+
+    def record(self, name: str, started: float, artifact: Path | str, detail: str = "") -> None:
+        step = DemoStep(name=name, seconds=round(time.perf_counter() - started, 2), artifact=str(artifact), detail=detail)
+        self.steps.append(step)
+        if self._on_step:
+            self._on_step(step)
+
+
+def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | None = None) -> EngineJobResult:
+    """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime."""
+    from pipeline.build import BuildSpec, build_engine, plan_build
+    from pipeline.convert import ConvertSpec, convert
+    from pipeline.download import DownloadSpec, download
+    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.quant import kv_cache_format, quant_format
+    from pipeline.render import RenderSpec, render
+
+    gpu = get_gpu(spec.gpu)  # refuse an unknown GPU or an impossible precision before any work
+    check_precision(gpu, quant_format(spec.quant), kv_cache_format(spec.kv_cache))
+    steps = _Steps(on_step)
+
+    t = time.perf_counter()
+    downloaded = download(DownloadSpec(source=spec.source, root=spec.root))
+    steps.record("download", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
+
+    t = time.perf_counter()
+    checkpoint = convert(ConvertSpec(model=str(downloaded.path), quant=spec.quant, kv_cache=spec.kv_cache,
+                                     tp=spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root))
+    steps.record("convert", t, checkpoint.path, ("reused " if checkpoint.skipped else "")
+                 + f"{checkpoint.quant_algo or checkpoint.dtype}, KV {checkpoint.kv_cache_quant_algo or checkpoint.dtype}, {checkpoint.ranks} rank(s)")
+
+    if spec.evaluate:
+        from pipeline.evaluate import DEFAULT_MAX_DELTA, EvaluateSpec, check_gate, evaluate, record_in_manifest
+        from pipeline.simulated import Variant
+
+        t = time.perf_counter()
+        result = evaluate(EvaluateSpec(model=str(downloaded.path),
+                                       variants=(Variant(quant=spec.quant, kv_cache=spec.kv_cache or "auto"),),
+                                       max_delta=DEFAULT_MAX_DELTA if spec.max_delta is None else spec.max_delta))
+        record_in_manifest(checkpoint.path, result)
+        row = result.formats[0]
+        steps.record("evaluate", t, result.report_dir,
+                     f"perplexity {result.baseline.perplexity:.2f} -> {row.perplexity:.2f} ({row.delta:+.1%})")
+        check_gate(result)
+
+    # The reference runtime serves the HF weights; a GPU engine is built from the TensorRT-LLM checkpoint.
+    build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path if gpu.is_cpu else checkpoint.path, goal=spec.goal)
+    t = time.perf_counter()
+    if spec.dry_run:
+        plan = plan_build(build_spec)
+        steps.record("build (dry run)", t, plan.engine_dir, plan.command_line or plan.profile_name)
+        return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
+    engine = build_engine(build_spec)
+    steps.record("build", t, engine.engine_dir, f"{engine.plan.profile_name}{' (cached)' if engine.cached else ''}")
+
+    t = time.perf_counter()
+    repo = render(RenderSpec(engine=engine.engine_dir))
+    steps.record("render", t, repo.repo, f"{len(repo.models)} models, runtime {repo.runtime}")
+    return EngineJobResult(steps=steps.steps, engine_dir=engine.engine_dir, repo=repo.repo)
+
+
+def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:
+    from pipeline.serve import ServerSpec, start_server
+    from pipeline.smoke import SmokeSpec, run_smoke
+
+    built = run_engine_job(EngineJobSpec(source=spec.source, gpu="cpu", quant=spec.quant, goal=spec.goal, root=spec.root),
+                           on_step=on_step)
+    steps = _Steps(on_step)
+    steps.steps = list(built.steps)
+    repo = built.repo
+    assert repo is not None  # not a dry run
+
+    t = time.perf_counter()
+    log_file = repo.parent / f"{repo.name}.server.log"
+    with start_server(ServerSpec(repo=repo, log_file=log_file, ready_timeout_s=spec.ready_timeout_s)) as server:
+        steps.record("serve", t, server.log_file, f"ready on grpc {server.grpc_url}")
+        t = time.perf_counter()
+        report = run_smoke(SmokeSpec(url=server.grpc_url))
+        failed = [c.name for c in report.checks if not c.passed]
+        steps.record("smoke", t, server.grpc_url, f"{len(report.checks) - len(failed)}/{len(report.checks)} passed"
+                     + (f"; failed: {', '.join(failed)}" if failed else ""))
+        t = time.perf_counter()
+    steps.record("stop", t, "", "server stopped")
+    return DemoResult(steps=steps.steps, passed=report.passed, smoke=report.model_dump(mode="json"))
+
+
+def require_demo_pass(result: DemoResult) -> None:
+    if not result.passed:
+        failed = [c["name"] for c in result.smoke["checks"] if not c["passed"]]
+        raise GateFailedError(f"The demo's smoke checks failed: {', '.join(failed)}.",
+                              hint="Read the server log named in the 'serve' row.")
+
+
+
