@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 FULL_AWQ = pytest.mark.skipif(
     os.environ.get("PIPELINE_TEST_FULL_AWQ", "") in ("", "0"),
-    reason="INT4 AWQ of all 30 demo layers takes 3-8 min on a 2-core CPU; set PIPELINE_TEST_FULL_AWQ=1 "
+    reason="INT4 AWQ of all 30 demo layers took 8-15 min on the shared 2-core CPU; set PIPELINE_TEST_FULL_AWQ=1 "
     "(test_int4_awq_is_packed_in_groups_of_64 covers the same shapes on 2 layers)",
 )
 CALIB = {"calib_size": 4, "calib_batch_size": 4, "calib_max_len": 64}
