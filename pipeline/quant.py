@@ -46,7 +46,9 @@ QUANT_FORMATS: dict[str, QuantFormat] = {
                     "INT8 SmoothQuant: per-channel weights, per-tensor activations"),
         QuantFormat("int8_wo", "W8A16", 8.0, 8, 16, "INT8_WEIGHT_ONLY_CFG", False,
                     "INT8 weight-only (per-channel), 16-bit activations"),
-        QuantFormat("int4_wo", "W4A16", 8.0, 4, 16, "INT4_WEIGHT_ONLY_CFG", False,
+        # ModelOpt 0.47 has no per-channel INT4 weight-only config its TensorRT-LLM export accepts:
+        # the checkpoint keeps 16-bit weights with quant_algo W4A16 and trtllm-build packs them.
+        QuantFormat("int4_wo", "W4A16", 8.0, 4, 16, None, False,
                     "INT4 weight-only (per-channel), 16-bit activations"),
         QuantFormat("int4_awq", "W4A16_AWQ", 8.0, 4, 16, "INT4_AWQ_CFG", True,
                     "INT4 AWQ: per-group INT4 weights, 16-bit activations"),

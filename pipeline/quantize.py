@@ -32,17 +32,6 @@ from pipeline.quant import KvCacheFormat, QuantFormat
 # Formats whose weights leave ModelOpt unquantized; TensorRT-LLM quantizes them at build time.
 WEIGHTS_PACKED_AT_BUILD = {"int4_wo": "W4A16"}
 
-# Our format name -> ModelOpt config attribute (pipeline.quant names INT4_WEIGHT_ONLY_CFG for int4_wo,
-# which ModelOpt 0.47 does not have; int4_wo is handled as above).
-_MODELOPT_CONFIGS = {
-    "fp8": "FP8_DEFAULT_CFG",
-    "int8_sq": "INT8_SMOOTHQUANT_CFG",
-    "int8_wo": "INT8_WEIGHT_ONLY_CFG",
-    "int4_awq": "INT4_AWQ_CFG",
-    "w4a8_awq": "W4A8_AWQ_BETA_CFG",
-    "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-
 AWQ_BLOCK_SIZES = (128, 64)
 
 # Row-parallel linears: TensorRT-LLM splits their in-features across tensor-parallel ranks.
@@ -144,7 +133,7 @@ def choose_awq_block(in_features: dict[str, int], tp: int = 1) -> int:
 def modelopt_config(fmt: QuantFormat, kv: KvCacheFormat, *, awq_block: int | None = None) -> dict[str, Any] | None:
     """The ModelOpt quantize config for a format plus KV cache, or None when nothing is quantized."""
     mtq = quiet_modelopt_import()
-    attribute = _MODELOPT_CONFIGS.get(fmt.name)
+    attribute = fmt.modelopt_config
     if attribute is None and kv.kv_cache_quant_algo is None:
         return None
     if attribute is None:  # 16-bit weights, quantized KV cache only
@@ -248,7 +237,7 @@ def calibration_steps(fmt: QuantFormat, kv: KvCacheFormat, n_texts: int, batch_s
     """How many forward passes quantize_model will call progress for (0 when no calibration runs).
 
     AWQ-lite runs the loop twice (statistics, then the scale search)."""
-    if _MODELOPT_CONFIGS.get(fmt.name) is None and kv.kv_cache_quant_algo is None:
+    if fmt.modelopt_config is None and kv.kv_cache_quant_algo is None:
         return 0
     if not (fmt.needs_calibration or kv.kv_cache_quant_algo is not None):
         return 0

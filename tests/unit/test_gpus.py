@@ -88,3 +88,13 @@ def test_gpus_command_json(capsys):
 
 def test_unknown_command_exits_2(capsys):
     assert run(["no-such-command"]) == 2
+
+
+def test_every_named_modelopt_config_exists():
+    from pipeline.quantize import quiet_modelopt_import
+
+    mtq = quiet_modelopt_import()
+    named = {f.name: f.modelopt_config for f in QUANT_FORMATS.values() if f.modelopt_config}
+    assert set(named) == {"fp8", "int8_sq", "int8_wo", "int4_awq", "w4a8_awq", "nvfp4"}
+    for name, attribute in named.items():
+        assert isinstance(getattr(mtq, attribute, None), dict), (name, attribute)
