@@ -248,11 +248,11 @@ def _resolve_dtype(fmt: QuantFormat, asked: Optional[str]) -> Dtype:
 
 def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
     """(HF folder, model name): a folder is used in place; anything else goes through download."""
-    from pipeline.download import DownloadSpec, _check_checkpoint_folder, download
+    from pipeline.download import DownloadSpec, check_checkpoint_folder, download
 
     candidate = Path(spec.model).expanduser()
     if candidate.is_dir():
-        _check_checkpoint_folder(candidate)
+        check_checkpoint_folder(candidate)
         folder = candidate.resolve()
         root = (spec.root or build_root()).resolve()
         # A `pipeline download` folder keeps its <model>; any other folder is named after itself.

@@ -226,7 +226,7 @@ def _parse_path(text: str, forced_kind: Literal["local", "gguf"] | None) -> Pars
         kind = "local"
         if not path.is_dir():
             raise InvalidInputError(f"{path} is a file, not a checkpoint folder.", hint="Use gguf:FILE for a GGUF file.")
-        _check_checkpoint_folder(path)
+        check_checkpoint_folder(path)
         name = path.name
     return ParsedSource(kind=kind, location=str(path), model=model_slug(name), display=f"{kind}:{path}")
 
@@ -251,7 +251,7 @@ def _selected_files(folder: Path) -> list[Path]:
     )
 
 
-def _check_checkpoint_folder(folder: Path) -> None:
+def check_checkpoint_folder(folder: Path) -> None:
     """A folder conversion can use: a readable config.json and complete safetensors weights."""
     config = folder / "config.json"
     if not config.is_file():

@@ -95,7 +95,7 @@ def _worker(args: argparse.Namespace) -> int:
         from transformers import AutoModelForCausalLM
 
         started = time.perf_counter()
-        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float16)
+        model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float16, trust_remote_code=False)
         out = Path(args.root) / "baseline"
         out.mkdir(parents=True, exist_ok=True)
         save_model(model, str(out / "model.safetensors"))  # handles the tied embedding

@@ -21,7 +21,6 @@ CODE_DIRS = ("pipeline", "model_repo_templates", "scripts")
 # transformers 5 refuses remote code by default, but a call that does not say so is one upgrade (or
 # one copy-paste of `trust_remote_code=True`) away from running a checkpoint's Python.
 _IMPLICIT = {
-    "scripts/bench_convert.py": "the conversion benchmark's model load",
 }
 
 
