@@ -23,11 +23,12 @@ export PIPELINE_BUILD_DIR := $(abspath $(BUILD_DIR))
 .PHONY: install test test-fast demo engine gpus clean help
 
 help:
-	@echo "make install   create .venv with the pinned CPU torch and the pipeline"
 	@echo "make demo      the whole job on the CPU with the bundled demo model"
-	@echo "make test      unit + integration tests (real ModelOpt, real tritonserver)"
-	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 GOAL=throughput   the stages that build an engine"
-	@echo "make gpus      the GPU table"
+	@echo "make test      unit, integration and reliability tests (real ModelOpt, real tritonserver)"
+	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 [KV=fp8] [GOAL=throughput] [EVAL=1] [DRY_RUN=1]"
+	@echo "make serve [REPO=dir] | smoke URL=host:port | bench URL=host:port [SLO=...]"
+	@echo "make plan | profiles | doctor | gpus | k8s PROFILE=id | image | soak"
+	@echo "README.md has the full list."
 
 install: $(STAMP)
 
@@ -99,10 +100,13 @@ REPO ?=
 URL ?= 127.0.0.1:8001
 CONCURRENCY ?= 1,2,4,8,16
 .PHONY: serve bench harness-ceiling
+# REPO defaults to the newest rendered repository under $(BUILD_DIR) (what `make engine` just wrote).
+# SLO="ttft_p99_ms=500 tpot_p99_ms=50 error_rate=0" turns into --slo gates (exit 4 when one fails).
+SLO ?=
 serve: $(STAMP)
-	$(PIPE) serve $(REPO)
+	$(PIPE) serve $(or $(REPO),$(shell ls -td $(BUILD_DIR)/*/triton/*/ 2>/dev/null | head -n 1))
 bench: $(STAMP)
-	$(PIPE) bench --url $(URL) --concurrency $(CONCURRENCY) $(BENCH_ARGS)
+	$(PIPE) bench --url $(URL) --concurrency $(CONCURRENCY) $(foreach s,$(SLO),--slo $(s)) $(BENCH_ARGS)
 harness-ceiling: $(STAMP)
 	$(BIN)/python scripts/harness_ceiling.py
 
@@ -110,7 +114,8 @@ harness-ceiling: $(STAMP)
 #   make render ENGINE=build/<model>/engines/<profile-id> [RENDER_ARGS="--max-queue-size 64"]
 #   make smoke URL=localhost:8001 [SMOKE_MODEL=tensorrt_llm_bls]
 SMOKE_MODEL ?= ensemble
-.PHONY: render smoke
+.PHONY: render repo smoke
+repo: render
 render: $(STAMP)
 	$(PIPE) render --engine $(ENGINE) $(RENDER_ARGS)
 smoke: $(STAMP)
