@@ -92,6 +92,9 @@ class _Active:
     tokens: list[int] = field(default_factory=list)
     first_token_ns: int = 0
     done: bool = False
+    # Held while anything touches the request's response sender: Triton deletes the response factory once
+    # the final response is sent, and is_cancelled() on a deleted factory crashes tritonserver (2.51).
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class ReferenceEngine:
@@ -227,16 +230,28 @@ class ReferenceEngine:
     def _check_cancellations(self) -> None:
         for request_id, active in list(self._active.items()):
             probe = active.is_cancelled
-            try:
-                if probe is not None and probe():
-                    self._finish(request_id, active, "cancelled", cancel_in_manager=True, notify=False)
-            except Exception:  # noqa: BLE001
-                LOG.exception("cancellation probe failed")
+            if probe is None:
+                continue
+            with active.lock:  # never probe a sender whose final response went out (see _Active.lock)
+                if active.done:
+                    continue
+                try:
+                    cancelled = probe()
+                except Exception:  # noqa: BLE001
+                    LOG.exception("cancellation probe failed")
+                    continue
+            if cancelled:  # the final response releases the cancelled request in Triton
+                self._finish(request_id, active, "cancelled", cancel_in_manager=True)
 
     def _on_output(self, output) -> None:
         active = self._active.get(output.request_id)
-        if active is None or active.done:
+        if active is None:
             return
+        with active.lock:
+            if not active.done:
+                self._on_active_output(output, active)
+
+    def _on_active_output(self, output, active: _Active) -> None:
         if output.error:
             self._finish(output.request_id, active, "error", error=str(output.error))
             return
@@ -279,16 +294,15 @@ class ReferenceEngine:
         return GenerationEvent(list(new_tokens), list(active.tokens), logprobs, finished, reason, error, timings)
 
     def _finish(self, request_id, active, reason, *, new_tokens=(), cancel_in_manager=False, error=None,
-                scheduled=-1.0, notify=True) -> None:
-        with self._lock:
+                scheduled=-1.0) -> None:
+        with active.lock:
             if active.done:
                 return
             active.done = True
-        if cancel_in_manager:
-            self._manager.cancel_request(request_id)
-            LOG.info("request %s ended (%s) after %d tokens; cancelled in the batching manager, its KV-cache blocks "
-                     "are released", request_id, reason, len(active.tokens))
-        if notify:
+            if cancel_in_manager:
+                self._manager.cancel_request(request_id)
+                LOG.info("request %s ended (%s) after %d tokens; cancelled in the batching manager, its KV-cache "
+                         "blocks are released", request_id, reason, len(active.tokens))
             event = self._event(active, new_tokens, True, reason, scheduled, error)
             try:
                 active.callback(event)
