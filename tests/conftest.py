@@ -1,4 +1,8 @@
-"""Shared fixtures. Heavy artifacts (the demo model's HF checkpoint) are made once per session."""
+"""Shared fixtures. Heavy artifacts (the demo model's HF checkpoint) are made once per session, and so is
+the demo deployment (`demo_engine` -> `demo_repo` -> `demo_server`): ONE tritonserver shared by
+tests/integration and tests/reliability. Tests using `demo_server` are marked `triton`; start-up takes
+about a minute on 2 cores. Tests that would leave the server in a different state (jammed slots, other
+settings) must start their own server instead."""
 
 from __future__ import annotations
 
@@ -50,3 +54,33 @@ def demo_hf_dir(session_build_root: Path) -> Path:
     from pipeline.download import DownloadSpec, download
 
     return download(DownloadSpec(source="demo", root=session_build_root)).path
+
+
+DEMO_BUILD_CONFIG = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}
+
+
+@pytest.fixture(scope="session")
+def demo_engine(demo_hf_dir: Path, session_build_root: Path) -> Path:
+    """A reference-runtime engine folder for the demo model (small limits keep the KV cache small)."""
+    from pipeline.reference_engine import write_reference_engine_dir
+
+    engine = session_build_root / "smollm2-demo" / "engines" / "ref-test"
+    return write_reference_engine_dir(demo_hf_dir, engine, DEMO_BUILD_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def demo_repo(demo_engine: Path) -> Path:
+    from pipeline.render import RenderSpec, render
+
+    return render(RenderSpec(engine=demo_engine, runtime="reference")).repo
+
+
+@pytest.fixture(scope="session")
+def demo_server(demo_repo: Path, session_build_root: Path):
+    """tritonserver serving the demo repository; yields the TritonServer (grpc_url, log_file, pid, ...)."""
+    from pipeline.serve import ServerSpec, start_server
+
+    spec = ServerSpec(repo=demo_repo, log_file=session_build_root / "logs" / "demo-tritonserver.log",
+                      ready_timeout_s=600, warmup=True)
+    with start_server(spec) as server:
+        yield server

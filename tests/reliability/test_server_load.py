@@ -1,23 +1,33 @@
 """Load on the CPU server: a soak without loss and with stable memory, queue overflow answered fast
-with a clear error, and a cancelled stream giving its slot back.
+with a clear error, and cancelled streams giving their batch slots back.
 
-The 60-second soak runs in `make test` (marked triton + slow); `make soak` runs scripts/soak.py for
-10 minutes at concurrency 32."""
+The 60-second soak runs in `make test` (marked triton + slow) on the shared session server, first in
+this module; `make soak` runs scripts/soak.py for 10 minutes at concurrency 32. The queue-overflow
+test starts its own queue-limited server for that test only. Cancellation is shown where Triton 2.51
+delivers it (BLS and direct tensorrt_llm requests); through the ensemble it does not reach the model
+(documented in README, asserted below), so no test here leaves cancelled ensemble streams holding the
+shared server's slots.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import queue
+import re
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+QUEUE_SIZE = 2
+QUEUE_TIMEOUT_US = 300_000
 
 
 def _soak_module():
@@ -29,8 +39,8 @@ def _soak_module():
 
 def test_soak_60s_concurrency_32(demo_server) -> None:
     soak = _soak_module()
-    summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, isl=32, osl=16,
-                        server_pid=demo_server.pid, sample_every_s=5)
+    summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, server_pid=demo_server.pid,
+                        sample_every_s=5)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
     print({k: v for k, v in summary.items() if k != "rss_samples_mib"})
     assert summary["requests_recorded"] >= 32, summary
     assert summary["errors"] == 0, summary["error_examples"]
@@ -38,18 +48,21 @@ def test_soak_60s_concurrency_32(demo_server) -> None:
     assert summary["rss_stable"], summary
 
 
-def _stream(url: str, model: str, prompt: str, max_tokens: int):
+def _stream(url: str, model: str, inputs: list):
     """Start one streamed request; returns (client, events queue). The caller stops the stream."""
     import tritonclient.grpc as grpcclient
-
-    from pipeline.client import GenerateRequest, build_inputs
 
     events: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result=None, error=None: events.put((time.monotonic(), result, error)))
-    client.async_stream_infer(model, build_inputs(GenerateRequest(prompt=prompt, max_tokens=max_tokens, stream=True)),
-                              request_id=uuid.uuid4().hex[:8], enable_empty_final_response=True)
+    client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex[:8], enable_empty_final_response=True)
     return client, events
+
+
+def _text_inputs(prompt: str, max_tokens: int, **options) -> list:
+    from pipeline.client import GenerateRequest, build_inputs
+
+    return build_inputs(GenerateRequest(prompt=prompt, max_tokens=max_tokens, stream=True, **options))
 
 
 def _finish(events: queue.Queue, timeout_s: float) -> tuple[str | None, int, float]:
@@ -66,18 +79,31 @@ def _finish(events: queue.Queue, timeout_s: float) -> tuple[str | None, int, flo
             return None, responses, time.monotonic() - started
 
 
+@pytest.fixture()
+def queue_server(demo_engine: Path, session_build_root: Path):
+    """The demo engine rendered with max_queue_size=QUEUE_SIZE and a 0.3 s queue timeout, served for
+    one test (a second server only while it is needed)."""
+    from pipeline.render import RenderSpec, render
+    from pipeline.serve import ServerSpec, start_server
+
+    repo = render(RenderSpec(engine=demo_engine, runtime="reference", out=session_build_root / "reliability" / "queue-repo",
+                             max_queue_size=QUEUE_SIZE, queue_timeout_us=QUEUE_TIMEOUT_US, bls_instances=1)).repo
+    spec = ServerSpec(repo=repo, log_file=session_build_root / "logs" / "queue-tritonserver.log", ready_timeout_s=600,
+                      warmup=True)
+    with start_server(spec) as server:
+        yield server
+
+
 def test_queue_overflow_is_refused_fast(queue_server) -> None:
     """max_queue_size 2 with 8 batch slots: a burst of 40 long requests gets some clear refusals
     quickly (rejected or timed out in the queue), never a hang, and the server serves afterwards."""
     from pipeline.client import generate
 
-    from conftest import QUEUE_SIZE
-
     burst = 40
     results: list[tuple[str | None, float]] = [None] * burst  # type: ignore[list-item]
 
     def one(i: int) -> None:
-        client, events = _stream(queue_server.grpc_url, "ensemble", f"Story number {i}: once upon a time", 16)
+        client, events = _stream(queue_server.grpc_url, "ensemble", _text_inputs(f"Story number {i}: once upon a time", 16))
         try:
             error, _, seconds = _finish(events, 300)
             results[i] = (error, seconds)
@@ -104,33 +130,66 @@ def test_queue_overflow_is_refused_fast(queue_server) -> None:
     assert after.ok, after.error
 
 
-@pytest.mark.xfail(strict=True, reason="cancelling 8 streams through the ensemble did not free their slots promptly: "
-                   "8 fresh 4-token requests took 262 s against 619 s the long streams needed (1.5 s/token on a "
-                   "load-10 machine); the cancellation seems not to reach the reference runtime's is_cancelled "
-                   "(Triton 2.51 ensemble) -- see the closing note")
-def test_cancelled_streams_free_their_slots(demo_server) -> None:
-    """Fill every batch slot (8) with long streams, cancel them after their first tokens, then 8
-    fresh short requests must finish long before the cancelled ones would have (slots were freed)."""
+def _cancelled_lines(server) -> int:
+    """Requests the reference runtime cancelled in its batching manager (one log line each)."""
+    return server.log_file.read_text(errors="replace").count("ended (cancelled)")
+
+
+def _llm_inputs(tokenizer, prompt: str, max_tokens: int) -> list:
+    """A direct tensorrt_llm request (token ids in, streamed, at least max_tokens tokens)."""
+    import tritonclient.grpc as grpcclient
+
+    ids = tokenizer.encode(prompt)
+    values = (("input_ids", np.array([ids], dtype=np.int32), "INT32"),
+              ("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
+              ("request_output_len", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+              ("min_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+              ("streaming", np.array([[True]], dtype=bool), "BOOL"))
+    inputs = []
+    for name, array, dtype in values:
+        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+@pytest.mark.parametrize("model", ["tensorrt_llm_bls", "tensorrt_llm"])
+def test_cancelled_streams_free_their_slots(demo_server, demo_engine, model: str) -> None:
+    """Fill every batch slot (8) with long streams, cancel them after their first tokens: the runtime
+    cancels each one in its batching manager (a log line per request), and 8 fresh short requests
+    finish long before the cancelled ones would have (their slots were freed)."""
+    from transformers import AutoTokenizer
+
     from pipeline.client import generate
 
     slots, long_tokens = 8, 400
-    streams = [_stream(demo_server.grpc_url, "ensemble", f"Write a very long essay number {i}.", long_tokens)
-               for i in range(slots)]
-    firsts = []
-    for client, events in streams:
-        first_t, _, error = events.get(timeout=120)
-        assert error is None, error
-        firsts.append(first_t)
-    # the decode rate with every slot busy: time for a few more tokens on the first stream
-    client0, events0 = streams[0]
-    t0 = time.monotonic()
-    for _ in range(5):
-        events0.get(timeout=60)
-    per_token = (time.monotonic() - t0) / 5
+    tokenizer = AutoTokenizer.from_pretrained(demo_engine / "tokenizer", trust_remote_code=False)
+    before = _cancelled_lines(demo_server)
+    streams = []
+    for i in range(slots):
+        prompt = f"Write a very long essay number {i}."
+        inputs = (_text_inputs(prompt, long_tokens, min_tokens=long_tokens) if model == "tensorrt_llm_bls"
+                  else _llm_inputs(tokenizer, prompt, long_tokens))
+        streams.append(_stream(demo_server.grpc_url, model, inputs))
+    try:
+        for client, events in streams:
+            _, _, error = events.get(timeout=300)
+            assert error is None, error
+        # the decode rate with every slot busy: time for a few more responses on the first stream
+        _, events0 = streams[0]
+        t0 = time.monotonic()
+        for _ in range(3):
+            events0.get(timeout=120)
+        per_token = (time.monotonic() - t0) / 3
+    finally:
+        for client, _ in streams:
+            client.stop_stream(cancel_requests=True)
+            client.close()
     would_take = per_token * long_tokens  # the long streams would hold their slots this long
-    for client, _ in streams:
-        client.stop_stream(cancel_requests=True)
-        client.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _cancelled_lines(demo_server) < before + slots:
+        time.sleep(0.2)
+    assert _cancelled_lines(demo_server) == before + slots, "not every cancelled stream was cancelled in the runtime"
     started = time.monotonic()
     answers = [None] * slots
 
@@ -143,7 +202,36 @@ def test_cancelled_streams_free_their_slots(demo_server) -> None:
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    print(f"per token with {slots} busy slots {per_token * 1000:.0f} ms; long streams would need {would_take:.1f} s; "
-          f"{slots} fresh requests after cancelling took {elapsed:.1f} s")
+    print(f"{model}: {per_token * 1000:.0f} ms per response with {slots} busy slots; the long streams would need "
+          f"{would_take:.0f} s; {slots} fresh requests after cancelling took {elapsed:.1f} s")
     assert all(a is not None and a.ok for a in answers), [a.error for a in answers if a is not None]
     assert elapsed < would_take / 3, f"fresh requests took {elapsed:.1f} s, the cancelled streams needed {would_take:.1f} s"
+
+
+def _tensorrt_llm_successes(metrics_url: str) -> int:
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    match = re.search(r'^nv_inference_request_success\{model="tensorrt_llm",version="1"\} (\d+)', text, re.M)
+    return int(match.group(1)) if match else 0
+
+
+def test_ensemble_cancellation_does_not_reach_tensorrt_llm(demo_server) -> None:
+    """The documented limitation (README, "Cancellation"): Triton 2.51 stops scheduling further
+    ensemble steps for a cancelled request but does not cancel the step already running, so the
+    tensorrt_llm request of a cancelled ensemble stream runs to its max_tokens and holds its slot until
+    then. Short here (24 tokens) so the shared server is free again in seconds. Should a Triton
+    release propagate the cancellation, this test fails: then drop the limitation from the README."""
+    tokens = 24
+    before_cancelled = _cancelled_lines(demo_server)
+    before_ok = _tensorrt_llm_successes(demo_server.metrics_url)
+    client, events = _stream(demo_server.grpc_url, "ensemble", _text_inputs("Tell a story.", tokens, min_tokens=tokens))
+    try:
+        _, _, error = events.get(timeout=120)
+        assert error is None, error
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and _tensorrt_llm_successes(demo_server.metrics_url) == before_ok:
+        time.sleep(0.2)
+    assert _tensorrt_llm_successes(demo_server.metrics_url) == before_ok + 1, "tensorrt_llm never finished the request"
+    assert _cancelled_lines(demo_server) == before_cancelled, "the ensemble's cancellation reached the runtime now"
