@@ -605,7 +605,7 @@ def plot_result(result: EvaluateResult, path: Path) -> None:
             left.annotate(f"{value:.2f}", (x, value), ha="center", va="bottom", fontsize=8)
     agreement = [r.top1_agreement for r in rows]
     right.bar(names, agreement, color=colors)
-    right.set_ylim(min(0.5, min(agreement) - 0.05), 1.0)
+    right.set_ylim(max(0.0, min(0.5, min(agreement) - 0.05)), 1.06)
     right.set_ylabel("top-1 agreement with baseline")
     right.set_title("Next-token agreement")
     for x, value in enumerate(agreement):
