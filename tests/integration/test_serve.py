@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -26,9 +27,15 @@ def test_echo_server_ready_warm_metrics_and_clean_stop(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with start_server(ServerSpec(repo=ECHO_REPO, log_file=log, ready_timeout_s=120)) as server:
         assert urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready").status == 200
-        metrics = urllib.request.urlopen(server.metrics_url).read().decode()
-        # the warm-up requests were answered before start_server returned
-        assert 'nv_inference_request_success{model="echo",version="1"} 2' in metrics
+        # the warm-up requests were answered before start_server returned; Triton counts a decoupled
+        # request when its final response is released, so give the counter a moment to catch up
+        expected = 'nv_inference_request_success{model="echo",version="1"} 2'
+        deadline = time.monotonic() + 10
+        while expected not in (metrics := urllib.request.urlopen(server.metrics_url).read().decode()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert expected in metrics
         pid = server.pid
     assert server.process.returncode is not None
     with pytest.raises(ProcessLookupError):
