@@ -23,3 +23,19 @@ ServedModelOpt = Annotated[str, typer.Option("--model", help="Served model to ca
 
 def set_json(json_output: bool) -> None:
     OUT.json_mode = json_output
+
+
+def spec_from_options(cls, **values):
+    """Build a frozen pydantic spec from command options; the first validation error becomes one
+    InvalidInputError naming the option, instead of a pydantic traceback."""
+    from pydantic import ValidationError
+
+    from pipeline.errors import InvalidInputError
+
+    try:
+        return cls(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "input"
+        raise InvalidInputError(f"{option}: {first['msg']} (got {first.get('input')!r}).",
+                                hint="See --help for the accepted values.") from None

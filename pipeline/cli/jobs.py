@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
+from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.jobs import DemoSpec, DemoStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.output import OUT, simple_table
 
@@ -54,9 +54,7 @@ def engine(
 ) -> None:
     """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs."""
     set_json(json_output)
-    from pipeline.cli.render import _spec_error
-
-    spec = _spec_error(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
+    spec = spec_from_options(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
                        evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run)
     result = run_engine_job(spec, on_step=_show)
     rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]

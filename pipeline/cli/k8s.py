@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
+from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json, spec_from_options
 from pipeline.k8s import K8sSpec, render_k8s
 from pipeline.output import OUT, simple_table
 
@@ -54,23 +54,17 @@ def render(
 ) -> None:
     """Render Deployment/LeaderWorkerSet, Service, HPA, PDB, monitoring and dashboard for a profile."""
     set_json(json_output)
-    from pydantic import ValidationError
-
     from pipeline.errors import InvalidInputError
 
     if model_store not in ("pvc", "image", "s3"):
         raise InvalidInputError(f"Unknown --model-store {model_store!r}.", hint="Use pvc, image or s3.")
-    try:
-        spec = K8sSpec(
-            profile_id=profile, engine_dir=engine, replicas=replicas, namespace=namespace, model_store=model_store,
-            s3_uri=s3_uri, pvc_name=pvc_name, image=image, min_replicas=min_replicas, max_replicas=max_replicas,
-            gpus_per_node=gpus_per_node, name=name, hf_token_secret=hf_token_secret,
-            queue_ratio_target=queue_ratio_target, out=out, force=force,
-        )
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = "--" + str(first["loc"][0]).replace("_", "-") if first.get("loc") else "an option"
-        raise InvalidInputError(f"Invalid {field}: {first['msg']}.", hint="See `pipeline k8s render --help`.") from error
+    spec = spec_from_options(
+        K8sSpec,
+        profile_id=profile, engine_dir=engine, replicas=replicas, namespace=namespace, model_store=model_store,
+        s3_uri=s3_uri, pvc_name=pvc_name, image=image, min_replicas=min_replicas, max_replicas=max_replicas,
+        gpus_per_node=gpus_per_node, name=name, hf_token_secret=hf_token_secret,
+        queue_ratio_target=queue_ratio_target, out=out, force=force,
+    )
     result = render_k8s(spec)
     state = "unchanged (same inputs)" if result.skipped else "written"
     OUT.info(f"{result.kind} for {result.profile_name}: {state} in {result.out_dir}")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
+from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json, spec_from_options
 from pipeline.output import OUT, simple_table
 from pipeline.render import RenderSpec, render as render_repo
 
@@ -60,7 +60,7 @@ def render(
 ) -> None:
     """Render the Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS) for an engine."""
     set_json(json_output)
-    spec = _spec_error(
+    spec = spec_from_options(
         RenderSpec, engine=engine, tokenizer=tokenizer, runtime=runtime, out=out, decoupled=decoupled,
         batching_strategy=batching_strategy, batch_scheduler_policy=batch_scheduler_policy,
         kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
@@ -75,17 +75,3 @@ def render(
     rows += [[f"check: {name}", detail] for name, detail in result.checks.items()]
     OUT.result(result, table=simple_table("Triton model repository", ["what", "value"], rows))
 
-
-def _spec_error(cls, **values):
-    """Build a pydantic spec; a bad choice (runtime, strategy, dtype, model) becomes one InvalidInputError."""
-    from pydantic import ValidationError
-
-    from pipeline.errors import InvalidInputError
-
-    try:
-        return cls(**values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = "--" + str(first["loc"][0]).replace("_", "-")
-        raise InvalidInputError(f"{field}: {first['msg']} (got {first.get('input')!r}).",
-                                hint="See --help for the accepted values.") from None

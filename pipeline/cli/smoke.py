@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import JsonOpt, ServedModelOpt, UrlOpt, set_json
+from pipeline.cli._options import JsonOpt, ServedModelOpt, UrlOpt, set_json, spec_from_options
 from pipeline.output import OUT, simple_table
 from pipeline.smoke import SmokeSpec, require_pass, run_smoke
 
@@ -28,9 +28,7 @@ def smoke(
 ) -> None:
     """Run the smoke checks against a served repository; exit 0 only when all pass (4 otherwise)."""
     set_json(json_output)
-    from pipeline.cli.render import _spec_error
-
-    spec = _spec_error(SmokeSpec, url=url, model=model, report=report, long_prompt_words=long_prompt_words)
+    spec = spec_from_options(SmokeSpec, url=url, model=model, report=report, long_prompt_words=long_prompt_words)
     result = run_smoke(spec)
     rows = [["PASS" if c.passed else "FAIL", c.name, f"{c.seconds:.1f}", c.detail] for c in result.checks]
     OUT.result(result, table=simple_table(f"Smoke: {result.model} at {result.url}", ["result", "check", "s", "detail"], rows))
