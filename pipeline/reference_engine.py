@@ -61,12 +61,22 @@ def merged_build_config(build_config: Mapping[str, Any] | None) -> dict[str, Any
     return merged
 
 
-def write_reference_engine_dir(hf_dir: Path, out_dir: Path, build_config: Mapping[str, Any] | None = None) -> Path:
+def write_reference_engine_dir(
+    hf_dir: Path,
+    out_dir: Path,
+    build_config: Mapping[str, Any] | None = None,
+    *,
+    simulated_quant: tuple[str, str] = ("fp16", "auto"),
+) -> Path:
     """Lay out a reference-runtime engine folder from an HF checkpoint folder; returns out_dir.
 
     out_dir is written in place (the caller wraps it in atomic_dir); an existing config.json there is
-    replaced. build_config keys override DEFAULT_BUILD_CONFIG.
+    replaced. build_config keys override DEFAULT_BUILD_CONFIG. simulated_quant (format, KV cache) is
+    recorded under pretrained_config.quantization; the runtime simulates it when it loads the model.
     """
+    from pipeline.quant import kv_cache_format, quant_format
+
+    quant, kv = quant_format(simulated_quant[0]), kv_cache_format(simulated_quant[1])
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     hf_config_path = hf_dir / "config.json"
     if not hf_config_path.is_file():
@@ -102,6 +112,11 @@ def write_reference_engine_dir(hf_dir: Path, out_dir: Path, build_config: Mappin
             "vocab_size": pretrained.get("vocab_size"),
             "max_position_embeddings": pretrained.get("max_position_embeddings"),
             "hf_model_type": pretrained.get("model_type"),
+            "quantization": {
+                "quant_algo": quant.quant_algo,
+                "kv_cache_quant_algo": kv.kv_cache_quant_algo,
+                "simulated": {"quant": quant.name, "kv_cache": kv.name},
+            },
         },
         "build_config": merged_build_config(build_config),
     }

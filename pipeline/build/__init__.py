@@ -117,29 +117,29 @@ def model_folder_name(model: str) -> str:
 
 
 def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointInfo, list[str]]:
-    """The reference runtime serves HF weights: find them, refuse what it would silently ignore."""
+    """The reference runtime serves HF weights; a quantized precision (from --quant or the converted
+    checkpoint) is simulated with ModelOpt fake quantization when the server loads the model."""
     notes: list[str] = []
-    if spec.quant and quant_format(spec.quant).is_quantized and ckpt.kind == "hf":
-        raise UnsupportedError(
-            f"The reference runtime serves the HF weights as they are; it does not run {spec.quant}.",
-            hint="Drop --quant for --gpu cpu, or build a GPU engine from a converted checkpoint.",
-        )
     if (spec.tp or 1) > 1 or (spec.pp or 1) > 1:
         raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
                                hint="Drop --tp/--pp for --gpu cpu.")
+    quant = quant_format(spec.quant or ckpt.quant).name
+    kv = kv_cache_format(spec.kv_cache or ckpt.kv_cache).name
     if ckpt.kind == "trtllm":
         if ckpt.hf_dir is None:
             raise InvalidInputError(
                 f"The TensorRT-LLM checkpoint {ckpt.path} does not say which HF folder it came from.",
                 hint="Pass the HF folder instead: --checkpoint build/<model>/hf.",
             )
-        notes.append(f"reference runtime: serving the HF source {ckpt.hf_dir} "
-                     f"(the checkpoint's {ckpt.quant} quantization is not applied on the CPU)")
+        notes.append(f"reference runtime: serving the HF source {ckpt.hf_dir}")
+    if quant_format(quant).is_quantized or kv != "auto":
+        notes.append(f"reference runtime: {quant} (KV {kv}) is simulated with ModelOpt fake quantization, "
+                     "calibrated when the server loads the model")
     shape_source = read_checkpoint(ckpt.hf_dir or ckpt.path, model=ckpt.model)
     if not any(shape_source.path.glob("*.safetensors")) and not any(shape_source.path.glob("*.bin")):
         raise InvalidInputError(f"{shape_source.path} holds no weights (*.safetensors or *.bin).",
                                 hint="Run `pipeline download` for the model first.")
-    return shape_source.model_copy(update={"model": ckpt.model, "quant": "fp16", "kv_cache": "auto", "tp": 1, "pp": 1}), notes
+    return shape_source.model_copy(update={"model": ckpt.model, "quant": quant, "kv_cache": kv, "tp": 1, "pp": 1}), notes
 
 
 def plan_build(spec: BuildSpec) -> BuildPlan:
@@ -250,7 +250,8 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
                           "remove_input_padding": True, "context_fmha": True, "use_paged_context_fmha": True},
     }
     with atomic_dir(plan.engine_dir) as tmp:
-        write_reference_engine_dir(plan.checkpoint, tmp, build_config)
+        write_reference_engine_dir(plan.checkpoint, tmp, build_config,
+                                   simulated_quant=(plan.profile.quant, plan.profile.kv_cache))
         timings = {"build_s": round(time.time() - started, 3)}
         manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
                                   inputs_hash=plan.inputs_hash, folder=tmp, started=started,

@@ -24,6 +24,9 @@ from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
 from pipeline.reference_runtime.words import ends_with_any
 
 LOG = logging.getLogger("pipeline.reference_runtime")
+# Calibration texts for a simulated precision at model load: enough for stable activation ranges on
+# a small model, few enough that the server starts in seconds (convert uses 64 by default).
+SIMULATION_CALIB_SIZE = 16
 
 
 class RequestError(ValueError):
@@ -99,7 +102,14 @@ class _Active:
 
 
 class ReferenceEngine:
-    def __init__(self, model_dir: Path, limits: EngineLimits, *, default_end_id: int | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        limits: EngineLimits,
+        *,
+        default_end_id: int | None = None,
+        simulated_quant: tuple[str, str] = ("fp16", "auto"),
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -110,8 +120,17 @@ class ReferenceEngine:
         torch.set_num_threads(intra_op_threads())
         # "sdpa": transformers 5.24 switches it to its paged form itself and warns that the
         # "paged|sdpa" spelling is deprecated.
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32,
-                                                     trust_remote_code=False)
+        quant, kv_cache = simulated_quant
+        if quant == "fp16" and kv_cache == "auto":
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32,
+                                                         trust_remote_code=False)
+        else:  # the precision the engine was built for, as ModelOpt fake quantization (fp32 compute)
+            from pipeline.simulated import load_reference_model
+
+            started = time.monotonic()
+            model, _ = load_reference_model(model_dir, quant, kv_cache, calib_size=SIMULATION_CALIB_SIZE)
+            LOG.info("reference runtime: %s (KV %s) simulated with ModelOpt fake quantization, calibrated on %d texts "
+                     "in %.1f s", quant, kv_cache, SIMULATION_CALIB_SIZE, time.monotonic() - started)
         self.default_end_id = default_end_id if default_end_id is not None else _first(model.generation_config.eos_token_id)
         model._get_logits_processor = lambda _config: LogitsProcessorList([self.sampler])  # our sampler, their scheduler
         kv_tokens = limits.max_tokens_in_paged_kv_cache or limits.max_batch_size * limits.max_seq_len

@@ -97,14 +97,29 @@ def test_trtllm_checkpoint_on_the_cpu_serves_its_hf_source(tmp_path, build_root)
     (ckpt / "manifest.json").write_text(json.dumps({"hf_dir": str(hf), "files": {}}))
     plan = plan_build(BuildSpec(gpu="cpu", checkpoint=ckpt))
     assert plan.checkpoint == hf.resolve() and plan.profile.model == "tiny"
-    assert any("not applied" in note for note in plan.notes)
+    # the checkpoint's precision is kept and simulated by the runtime, not silently dropped
+    assert plan.profile.quant == "fp8" and plan.profile_name == "ref-cpu-fp8-tp1-throughput"
+    assert any("simulated with ModelOpt fake quantization" in note for note in plan.notes)
+
+
+def test_cpu_quant_is_recorded_for_the_runtime_to_simulate(build_root):
+    tiny_hf(build_root / "tiny" / "hf")
+    result = build_engine(BuildSpec(gpu="cpu", model="tiny", quant="int8_sq", kv_cache="fp8"))
+    quantization = json.loads((result.engine_dir / "config.json").read_text())["pretrained_config"]["quantization"]
+    assert quantization == {"quant_algo": "W8A8_SQ_PER_CHANNEL", "kv_cache_quant_algo": "FP8",
+                            "simulated": {"quant": "int8_sq", "kv_cache": "fp8"}}
+    plain = build_engine(BuildSpec(gpu="cpu", model="tiny"))
+    assert plain.engine_dir != result.engine_dir
+    assert json.loads((plain.engine_dir / "config.json").read_text())["pretrained_config"]["quantization"]["simulated"] == {
+        "quant": "fp16", "kv_cache": "auto"}
 
 
 def test_cpu_refusals(build_root, capsys):
     tiny_hf(build_root / "tiny" / "hf")
-    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--quant", "fp8"]) == 2
-    assert "reference runtime" in capsys.readouterr().err
+    assert run(["build", "--model", "tiny", "--gpu", "cpu", "--quant", "int3"]) == 2
+    assert "Unknown quantization format" in capsys.readouterr().err
     assert run(["build", "--model", "tiny", "--gpu", "cpu", "--tp", "2"]) == 2
+    assert "reference runtime" in capsys.readouterr().err
     assert run(["build", "--model", "missing", "--gpu", "cpu"]) == 2
     assert run(["build", "--model", "tiny", "--gpu", "cpu", "--max-input-len", "4000", "--max-seq-len", "3000"]) == 2
     assert run(["build", "--model", "tiny", "--gpu", "cpu", "--goal", "fast"]) == 2

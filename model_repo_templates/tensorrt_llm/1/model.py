@@ -18,6 +18,7 @@ acceptance_rate, total_*draft_tokens, context_phase_params.
 """
 
 import json
+import locale
 import logging
 import threading
 from pathlib import Path
@@ -69,6 +70,12 @@ def _scalar(request, name, cast, default=None):
 
 class TritonPythonModel:
     def initialize(self, args):
+        # The stub's embedded interpreter starts in the C locale (ASCII file reads); ModelOpt, used for
+        # simulated precisions, imports torch inductor, which reads UTF-8 templates at import time.
+        try:
+            locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+        except locale.Error:
+            pass
         logger = logging.getLogger("pipeline.reference_runtime")
         if not logger.handlers:  # into the server log, through Triton's own logger
             logger.addHandler(_TritonLogHandler())
@@ -91,7 +98,9 @@ class TritonPythonModel:
             max_queue_size=int(queue.get("max_queue_size", 0) or 0),
         )
         self.exclude_input_default = str(_param(parameters, "exclude_input_in_output", "false")).lower() in _TRUE
-        self.engine = ReferenceEngine(engine_dir / "model", limits)
+        simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
+        self.engine = ReferenceEngine(engine_dir / "model", limits,
+                                      simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
         self.running = {}  # Triton request id -> engine request id, for `stop` requests
 
     def execute(self, requests):
