@@ -124,8 +124,13 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
                      f"perplexity {result.baseline.perplexity:.2f} -> {row.perplexity:.2f} ({row.delta:+.1%})")
         check_gate(result)
 
-    # The reference runtime serves the HF weights; a GPU engine is built from the TensorRT-LLM checkpoint.
-    build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path if gpu.is_cpu else checkpoint.path, goal=spec.goal)
+    # The reference runtime serves the HF weights with the precision simulated; a GPU engine is built from
+    # the TensorRT-LLM checkpoint (which carries its precision).
+    if gpu.is_cpu:
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
+                               goal=spec.goal)
+    else:
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal)
     t = time.perf_counter()
     if spec.dry_run:
         plan = plan_build(build_spec)
