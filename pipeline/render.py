@@ -33,6 +33,14 @@ from pipeline.versions import TRTLLM_VERSION
 Runtime = Literal["tensorrtllm", "reference"]
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 LOGITS_DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
+# The engine's pretrained_config.logits_dtype (trtllm-build --logits_dtype; TensorRT-LLM's default is
+# float32) -> our --logits-dtype name. The backend refuses logits requests when the declared Triton type
+# differs from the engine's, so render takes it from the engine.
+ENGINE_LOGITS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# Python-backend stubs per BLS model: each instance is a process (memory, /dev/shm, start-up time), and a
+# decoupled BLS instance serves several requests at once on its own threads, so a throughput engine with
+# max_batch_size 1536 needs a handful of instances, not 1536.
+BLS_MAX_DEFAULT_INSTANCES = 4
 # tensorrt_llm parameter keys of the pinned release that are rendered only when set (the backend
 # treats a missing key as unset): multi-GPU placement, encoder-decoder, LoRA, speculative decoding,
 # sliding windows, guided decoding.
@@ -41,8 +49,7 @@ UNSET_PARAMETER_KEYS = (
     "cross_kv_cache_fraction", "gpu_device_ids", "participant_ids", "lora_cache_optimal_adapter_size",
     "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction", "lora_cache_host_memory_bytes",
     "lora_prefetch_dir", "decoding_mode", "lookahead_window_size", "lookahead_ngram_size",
-    "lookahead_verification_set_size", "medusa_choices", "eagle_choices", "guided_decoding_backend",
-    "xgrammar_tokenizer_info_path",
+    "lookahead_verification_set_size", "medusa_choices", "eagle_choices",
 )
 _LEFTOVER_MARKERS = ("${", "{{", "{%")
 
@@ -61,15 +68,18 @@ class RenderSpec(BaseModel):
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
     kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
     max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
-    enable_kv_cache_reuse: bool | None = Field(None, description="default: true for tensorrtllm, false for reference")
+    enable_kv_cache_reuse: bool | None = Field(
+        None, description="default: what the engine can do (tensorrtllm engines built with paged context FMHA); "
+        "false for reference")
     enable_chunked_context: bool = False
     exclude_input_in_output: bool = False
     max_queue_delay_us: int = Field(0, ge=0)
     max_queue_size: int = Field(0, ge=0, description="0: unlimited")
     queue_timeout_us: int = Field(0, ge=0, description="0: requests wait in the queue without a deadline")
     instances: int = Field(1, ge=1, description="preprocessing and postprocessing instances")
-    bls_instances: int | None = Field(None, ge=1, description="default: the engine's max_batch_size")
-    logits_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    bls_instances: int | None = Field(None, ge=1, description=f"default: min(max_batch_size, {BLS_MAX_DEFAULT_INSTANCES})")
+    logits_dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
+        None, description="default: the engine's logits dtype; any other value is refused (the backend rejects a mismatch)")
     force: bool = False
 
 
@@ -83,6 +93,7 @@ class RenderResult(BaseModel):
     engine: Path
     tokenizer: Path
     checks: dict[str, str]
+    notes: list[str] = []
     reused: bool
     duration_s: float
 
@@ -149,7 +160,8 @@ def render(spec: RenderSpec) -> RenderResult:
         raise InvalidInputError(f"No tokenizer in {tokenizer}.", hint="Pass --tokenizer DIR (the HF checkpoint folder).")
     out = Path(spec.out).resolve() if spec.out else default_out_dir(engine)
     templates = templates_dir()
-    context = template_context(spec, runtime, engine, tokenizer, build_config)
+    features = engine_features(config, runtime, spec)
+    context = template_context(spec, runtime, engine, tokenizer, build_config, features)
     inputs = {
         "spec": spec.model_dump(mode="json"),
         "runtime": runtime,
@@ -160,7 +172,7 @@ def render(spec: RenderSpec) -> RenderResult:
     inputs_hash = sha256_json(inputs)
     if not spec.force and is_up_to_date(out, inputs_hash):
         return _result(out, runtime, context, engine, tokenizer, {"reused": "same inputs as the existing repository"},
-                       True, started)
+                       True, started, features.notes)
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
         checks = check_repository(tmp)
@@ -168,12 +180,74 @@ def render(spec: RenderSpec) -> RenderResult:
         write_json_atomic(tmp / "manifest.json", build_manifest(
             stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
             packages=("jinja2", "tritonclient"), extra=manifest_extra))
-    return _result(out, runtime, context, engine, tokenizer, checks, False, started)
+    return _result(out, runtime, context, engine, tokenizer, checks, False, started, features.notes)
 
 
-def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer: Path, build_config: dict) -> dict:
+class EngineFeatures(BaseModel):
+    """What the engine was built to do, as far as the rendered tensorrt_llm config depends on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    logits_dtype: Literal["fp32", "fp16", "bf16"]
+    kv_cache_reuse: bool
+    chunked_context: bool
+    notes: list[str]
+
+
+def engine_features(config: dict, runtime: Runtime, spec: RenderSpec) -> EngineFeatures:
+    """Logits dtype, prefix caching and chunked context as the engine allows them; a request for what the
+    engine cannot do is refused (InvalidInputError) rather than rendered and silently turned off at load."""
+    notes: list[str] = []
+    pretrained = config.get("pretrained_config") or {}
+    engine_logits = str(pretrained.get("logits_dtype") or "float32")
+    if runtime == "reference":
+        logits = spec.logits_dtype or "fp32"
+    else:
+        logits = ENGINE_LOGITS_DTYPES.get(engine_logits)
+        if logits is None:
+            raise InvalidInputError(f"The engine's pretrained_config.logits_dtype {engine_logits!r} has no Triton type here.",
+                                    hint=f"Rebuild with --logits_dtype float32 (known: {', '.join(ENGINE_LOGITS_DTYPES)}).")
+        if spec.logits_dtype and spec.logits_dtype != logits:
+            raise InvalidInputError(
+                f"--logits-dtype {spec.logits_dtype} does not match the engine's logits_dtype {engine_logits}: the "
+                "tensorrt_llm backend refuses every context/generation-logits request when the two differ.",
+                hint=f"Drop --logits-dtype (render takes {logits} from the engine), or rebuild with "
+                f"--logits_dtype {dict((v, k) for k, v in ENGINE_LOGITS_DTYPES.items())[spec.logits_dtype]}.")
+    plugin = (config.get("build_config") or {}).get("plugin_config") or {}
+    paged_context = bool(plugin.get("use_paged_context_fmha"))
+    if runtime == "reference":
+        reuse = bool(spec.enable_kv_cache_reuse)
+        return EngineFeatures(logits_dtype=logits, kv_cache_reuse=reuse, chunked_context=spec.enable_chunked_context,
+                              notes=notes)
+    kv_algo = ((pretrained.get("quantization") or {}).get("kv_cache_quant_algo") or "")
+    why_not = None if paged_context else (
+        f"the engine was built without paged context FMHA ({kv_algo} KV cache)" if kv_algo
+        else "the engine was built without paged context FMHA")
+    for option, asked in (("--enable-kv-cache-reuse", spec.enable_kv_cache_reuse),
+                          ("--enable-chunked-context", spec.enable_chunked_context)):
+        if asked and why_not:
+            raise InvalidInputError(
+                f"{option} needs paged context FMHA, and {why_not}: TensorRT-LLM's executor would turn it off "
+                "without a word.",
+                hint=f"Drop {option}, or rebuild with --use_paged_context_fmha enable (not possible with an INT8 KV "
+                "cache, or an FP8 KV cache without FP8 context FMHA).")
+    reuse = spec.enable_kv_cache_reuse if spec.enable_kv_cache_reuse is not None else why_not is None
+    if why_not and spec.enable_kv_cache_reuse is None:
+        notes.append(f"prefix caching (KV-cache reuse) is off: {why_not}")
+    return EngineFeatures(logits_dtype=logits, kv_cache_reuse=reuse, chunked_context=spec.enable_chunked_context,
+                          notes=notes)
+
+
+def bls_instances(spec: RenderSpec, max_batch_size: int) -> tuple[int, int]:
+    """(BLS instances, requests each instance serves at once): together at least max_batch_size."""
+    instances = spec.bls_instances or min(max_batch_size, BLS_MAX_DEFAULT_INSTANCES)
+    return instances, max(1, -(-max_batch_size // instances))
+
+
+def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer: Path, build_config: dict,
+                     features: EngineFeatures) -> dict:
     max_batch_size = int(build_config["max_batch_size"])
-    reuse = spec.enable_kv_cache_reuse if spec.enable_kv_cache_reuse is not None else runtime == "tensorrtllm"
+    reuse = features.kv_cache_reuse
     parameters = {
         "max_beam_width": str(int(build_config.get("max_beam_width", 1))),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -185,7 +259,7 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "kv_cache_onboard_blocks": "true",
         "exclude_input_in_output": _bool(spec.exclude_input_in_output),
         "enable_kv_cache_reuse": _bool(reuse),
-        "enable_chunked_context": _bool(spec.enable_chunked_context),
+        "enable_chunked_context": _bool(features.chunked_context),
         "normalize_log_probs": "true",
         "cancellation_check_period_ms": "100",
         "stats_check_period_ms": "100",
@@ -200,6 +274,10 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "speculative_decoding_fast_logits": "false",
         "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
         "tokenizer_dir": str(tokenizer),
+        # Read by the C++ backend without a default (shared/reference/triton_trtllm_required_parameters.tsv):
+        # empty means guided decoding off.
+        "guided_decoding_backend": "",
+        "xgrammar_tokenizer_info_path": "",
     }
     if spec.max_tokens_in_paged_kv_cache:
         parameters["max_tokens_in_paged_kv_cache"] = str(spec.max_tokens_in_paged_kv_cache)
@@ -212,7 +290,7 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "max_queue_delay_microseconds": spec.max_queue_delay_us,
         "max_queue_size": spec.max_queue_size,
         "queue_timeout_microseconds": spec.queue_timeout_us,
-        "logits_datatype": LOGITS_DTYPES[spec.logits_dtype],
+        "logits_datatype": LOGITS_DTYPES[features.logits_dtype],
         "encoder_input_features_data_type": "TYPE_FP16",
         "prompt_embedding_table_data_type": "TYPE_FP16",
         "tokenizer_dir": str(tokenizer),
@@ -221,7 +299,8 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "skip_special_tokens": "true",
         "preprocessing_instance_count": spec.instances,
         "postprocessing_instance_count": spec.instances,
-        "bls_instance_count": spec.bls_instances or max_batch_size,
+        "bls_instance_count": bls_instances(spec, max_batch_size)[0],
+        "bls_concurrency": bls_instances(spec, max_batch_size)[1],
         "accumulate_tokens": "false",
         "tensorrt_llm_parameters": parameters,
     }
@@ -386,6 +465,14 @@ def contract_problems(config, tables: Path, model: str = "tensorrt_llm") -> list
         problems.append(f"{model} parameter {key!r} is not a parameter of the pinned release")
     for key in sorted(keys - rendered - set(UNSET_PARAMETER_KEYS)):
         problems.append(f"{model} parameter {key!r} of the pinned release is neither rendered nor listed as unset")
+    required = tables / "triton_trtllm_required_parameters.tsv"
+    if not required.is_file():
+        problems.append(f"{required} is missing: cannot check the parameters the backend reads without a default")
+        return problems
+    for row in read_tsv(required):
+        if row["model"] == model and row["parameter_key"] not in rendered:
+            problems.append(f"{model} parameter {row['parameter_key']!r} is missing: the backend reads it without a "
+                            f"default ({row['read_at'].split(' ')[0]}), so the model would not load")
     return problems
 
 
@@ -401,8 +488,9 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _result(out, runtime, context, engine, tokenizer, checks, reused, started) -> RenderResult:
+def _result(out, runtime, context, engine, tokenizer, checks, reused, started, notes) -> RenderResult:
     return RenderResult(
         repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
-        engine=engine, tokenizer=tokenizer, checks=checks, reused=reused, duration_s=round(time.time() - started, 3),
+        engine=engine, tokenizer=tokenizer, checks=checks, notes=notes, reused=reused,
+        duration_s=round(time.time() - started, 3),
     )

@@ -136,6 +136,9 @@ def trtllm_flags(
         Flag(name="--gemm_plugin", value=gemm, why=gemm_why),
         Flag(name="--multiple_profiles", value="enable" if goal == "throughput" else "disable",
              why="more optimisation profiles for varied batch shapes" if goal == "throughput" else "faster build; one shape range"),
+        Flag(name="--logits_dtype", value="float32",
+             why="stated, not inherited: ModelOpt checkpoints say float16, and render declares the engine's own "
+             "logits dtype (the backend refuses logits requests when the two differ)"),
         Flag(name="--workers", value=str(tp * pp), why=f"build the {tp * pp} rank engine(s) in parallel"),
     ]
 

@@ -28,8 +28,10 @@ QueueDelayOpt = Annotated[int, typer.Option("--max-queue-delay-us", min=0, help=
 QueueSizeOpt = Annotated[int, typer.Option("--max-queue-size", min=0, help="Queued requests before rejecting (0: unlimited).")]
 QueueTimeoutOpt = Annotated[int, typer.Option("--queue-timeout-us", min=0, help="Reject requests queued longer than this (0: never).")]
 InstancesOpt = Annotated[int, typer.Option("--instances", min=1, help="preprocessing/postprocessing instances.")]
-BlsInstancesOpt = Annotated[Optional[int], typer.Option("--bls-instances", min=1, help="BLS instances (default: engine max_batch_size).")]
-LogitsDtypeOpt = Annotated[str, typer.Option("--logits-dtype", help="fp32, fp16 or bf16.")]
+BlsInstancesOpt = Annotated[Optional[int], typer.Option(
+    "--bls-instances", min=1, help="BLS Python stubs (default: up to 4; each serves max_batch_size/instances streams).")]
+LogitsDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--logits-dtype", help="fp32, fp16 or bf16 (default: the engine's own; another value is refused).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +56,7 @@ def render(
     queue_timeout_us: QueueTimeoutOpt = 0,
     instances: InstancesOpt = 1,
     bls_instances: BlsInstancesOpt = None,
-    logits_dtype: LogitsDtypeOpt = "fp32",
+    logits_dtype: LogitsDtypeOpt = None,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -73,5 +75,6 @@ def render(
     rows = [["repository", result.repo], ["runtime", result.runtime], ["max_batch_size", result.max_batch_size],
             ["models", ", ".join(result.models)], ["reused", result.reused]]
     rows += [[f"check: {name}", detail] for name, detail in result.checks.items()]
+    rows += [["note", note] for note in result.notes]
     OUT.result(result, table=simple_table("Triton model repository", ["what", "value"], rows))
 

@@ -49,7 +49,8 @@ def trtllm_engine(tmp_path: Path) -> Path:
         "version": "1.1.0",
         "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "float16"},
         "build_config": {"max_batch_size": 64, "max_input_len": 2048, "max_seq_len": 4096, "max_num_tokens": 8192,
-                         "max_beam_width": 1, "plugin_config": {"paged_kv_cache": True, "tokens_per_block": 32}},
+                         "max_beam_width": 1, "plugin_config": {"paged_kv_cache": True, "tokens_per_block": 32,
+                                                                "use_paged_context_fmha": True}},
     }))
     shutil.copytree(_fake_hf_dir(tmp_path / "trt-source"), engine / "tokenizer")
     return engine
@@ -168,7 +169,7 @@ def test_operator_options_reach_the_configs(trtllm_engine: Path, tmp_path: Path)
                       batch_scheduler_policy="max_utilization", kv_cache_free_gpu_mem_fraction=0.5,
                       max_tokens_in_paged_kv_cache=4096, enable_kv_cache_reuse=False, enable_chunked_context=True,
                       exclude_input_in_output=True, max_queue_delay_us=100, max_queue_size=32,
-                      queue_timeout_us=5_000_000, instances=3, bls_instances=2, logits_dtype="bf16")
+                      queue_timeout_us=5_000_000, instances=3, bls_instances=2, logits_dtype="fp32")
     configs = _configs(render(spec).repo)
     llm = configs["tensorrt_llm"]
     assert llm.model_transaction_policy.decoupled is False
@@ -188,7 +189,7 @@ def test_operator_options_reach_the_configs(trtllm_engine: Path, tmp_path: Path)
     from tritonclient.grpc import model_config_pb2
 
     logits = [o for o in configs["ensemble"].output if o.name == "context_logits"][0]
-    assert logits.data_type == model_config_pb2.TYPE_BF16
+    assert logits.data_type == model_config_pb2.TYPE_FP32
 
 
 def test_runtime_must_match_the_engine(reference_engine: Path, trtllm_engine: Path, tmp_path: Path) -> None:

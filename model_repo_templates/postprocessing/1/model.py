@@ -69,17 +69,16 @@ class TritonPythonModel:
 
     def _decode(self, tokens, lengths):
         """tokens [batch, beams, len] (or [batch, len]); lengths [batch, beams] (or [batch]).
-        Returns [batch, beams] UTF-8 strings."""
+        Returns batch x beams UTF-8 strings as one flat list, the shape NVIDIA's postprocessing gives
+        OUTPUT (clients read `as_numpy("text_output")[0]` as the first beam's bytes)."""
         if tokens.ndim == 2:
             tokens = tokens[:, None, :]
         lengths = lengths.reshape(tokens.shape[0], -1)
         out = []
         for b in range(tokens.shape[0]):
-            row = []
             for beam in range(tokens.shape[1]):
                 n = int(lengths[b, beam]) if beam < lengths.shape[1] else tokens.shape[2]
-                row.append(self.decoder.decode(tokens[b, beam, :n].tolist()).encode("utf-8"))
-            out.append(row)
+                out.append(self.decoder.decode(tokens[b, beam, :n].tolist()).encode("utf-8"))
         return out
 
     def finalize(self):

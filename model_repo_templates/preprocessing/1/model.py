@@ -105,16 +105,23 @@ class TritonPythonModel:
         if request_output_len is None:
             raise ValueError("REQUEST_OUTPUT_LEN (max_tokens) is required")
         outputs.append(pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.array([[request_output_len]], dtype=np.int32)))
+        # Every declared output is produced, as NVIDIA's preprocessing does (its end_to_end_test reads
+        # them all): a decoder-only request gets [[pad_id]] / [[1]] decoder inputs (TensorRT-LLM ignores
+        # them for decoder-only models), no words -> [1, 2, 0], no bias -> [1, 0].
         decoder_query = _strings(request, "DECODER_QUERY")
-        if decoder_query:
-            decoder_ids = self.tokenizer.encode(decoder_query[0], add_special_tokens=False)
-            outputs.append(pb_utils.Tensor("DECODER_INPUT_ID", np.array([decoder_ids or [self.pad_id]], dtype=np.int32)))
-            outputs.append(pb_utils.Tensor("REQUEST_DECODER_INPUT_LEN", np.array([[len(decoder_ids or [0])]], dtype=np.int32)))
+        decoder_ids = self.tokenizer.encode(decoder_query[0], add_special_tokens=False) if decoder_query else []
+        pad_id = _scalar(request, "PAD_ID", int)
+        pad_id = self.pad_id if pad_id is None else pad_id
+        decoder_ids = decoder_ids or [pad_id]
+        outputs.append(pb_utils.Tensor("DECODER_INPUT_ID", np.array([decoder_ids], dtype=np.int32)))
+        outputs.append(pb_utils.Tensor("REQUEST_DECODER_INPUT_LEN", np.array([[len(decoder_ids)]], dtype=np.int32)))
         for source, target in (("BAD_WORDS_DICT", "BAD_WORDS_IDS"), ("STOP_WORDS_DICT", "STOP_WORDS_IDS")):
             words = _strings(request, source)
-            if words and any(words):
-                outputs.append(pb_utils.Tensor(target, word_list(self.tokenizer, words)))
+            words = words if words and any(words) else []
+            outputs.append(pb_utils.Tensor(target, word_list(self.tokenizer, words) if words else
+                                           np.empty((1, 2, 0), dtype=np.int32)))
         bias_words = _strings(request, "EMBEDDING_BIAS_WORDS")
+        bias = np.empty((1, 0), dtype=np.float32)
         if bias_words and any(bias_words):
             weights_tensor = pb_utils.get_input_tensor_by_name(request, "EMBEDDING_BIAS_WEIGHTS")
             weights = [] if weights_tensor is None else weights_tensor.as_numpy().reshape(-1).tolist()
@@ -124,11 +131,10 @@ class TritonPythonModel:
             for word, weight in zip(bias_words, weights):
                 for token in self.tokenizer.encode(word, add_special_tokens=False):
                     bias[0, token] += weight
-            outputs.append(pb_utils.Tensor("EMBEDDING_BIAS", bias))
+        outputs.append(pb_utils.Tensor("EMBEDDING_BIAS", bias))
         end_id = _scalar(request, "END_ID", int)
-        pad_id = _scalar(request, "PAD_ID", int)
         outputs.append(pb_utils.Tensor("OUT_END_ID", np.array([[self.end_id if end_id is None else end_id]], dtype=np.int32)))
-        outputs.append(pb_utils.Tensor("OUT_PAD_ID", np.array([[self.pad_id if pad_id is None else pad_id]], dtype=np.int32)))
+        outputs.append(pb_utils.Tensor("OUT_PAD_ID", np.array([[pad_id]], dtype=np.int32)))
         extra = pb_utils.get_input_tensor_by_name(request, "PROMPT_TABLE_EXTRA_ID")
         if extra is not None:
             value = int(extra.as_numpy().reshape(-1)[0])

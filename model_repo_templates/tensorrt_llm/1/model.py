@@ -13,8 +13,16 @@ early_stopping and beam_search_diversity_rate only act on beam search and are ac
 Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
 multimodal, guided decoding, penalties, logits outputs, KV retention, lookahead, disaggregated
 context phase) is declared but unsupported: a request that sets one gets an error naming it.
-Outputs never produced here: context_logits, generation_logits, kv_cache_* block counts,
-acceptance_rate, total_*draft_tokens, context_phase_params.
+decoder_input_ids / decoder_input_lengths are ignored, as TensorRT-LLM ignores them for decoder-only
+models (NVIDIA's preprocessing always sends [[pad_id]]); an empty tensor ([1, 0], [1, 2, 0]) counts as
+unset, as it does for the C++ backend.
+Output shapes are the C++ backend's (tensorrtllm_backend @c2e65b88, model_instance_state.cc
+1079-1305): output_ids [1, beams, len], sequence_length and cum_log_probs [1, beams],
+output_log_probs [1, beams, len], and with return_perf_metrics all ten perf tensors [1, 1]. The KV
+block counts are derived from the request's tokens and tokens_per_block (this runtime does not share
+blocks between requests, so kv_cache_reused_blocks is 0); speculative-decoding figures are 0.
+Outputs never produced here: context_logits, generation_logits (refused by name when requested),
+context_phase_params (disaggregated serving).
 """
 
 import json
@@ -33,7 +41,7 @@ from pipeline.reference_runtime.words import from_word_list
 # name -> value that means "not used" (None: any value is refused once the tensor is present)
 UNSUPPORTED = {
     "encoder_input_features": None, "encoder_output_lengths": None, "draft_input_ids": None,
-    "decoder_input_ids": None, "decoder_input_lengths": None, "draft_logits": None,
+    "draft_logits": None,
     "draft_acceptance_threshold": None, "embedding_bias": None, "runtime_top_p_min": None,
     "runtime_top_p_decay": None, "runtime_top_p_reset_ids": None, "repetition_penalty": 1.0,
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "return_context_logits": False,
@@ -97,6 +105,7 @@ class TritonPythonModel:
             enable_kv_cache_reuse=str(_param(parameters, "enable_kv_cache_reuse", "false")).lower() in _TRUE,
             max_queue_size=int(queue.get("max_queue_size", 0) or 0),
         )
+        self.tokens_per_block = limits.tokens_per_block
         self.exclude_input_default = str(_param(parameters, "exclude_input_in_output", "false")).lower() in _TRUE
         simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
         self.engine = ReferenceEngine(engine_dir / "model", limits,
@@ -172,7 +181,7 @@ class TritonPythonModel:
     def _parse(self, request):
         for name, neutral in UNSUPPORTED.items():
             array = _array(request, name)
-            if array is None:
+            if array is None or array.size == 0:
                 continue
             if neutral is not None and array.size and all(v == neutral for v in array.reshape(-1).tolist()):
                 continue
@@ -231,6 +240,12 @@ class TritonPythonModel:
         if flags["return_perf_metrics"]:
             for name, value in event.timings_ns.items():
                 tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int64)))
+            blocks = -(-(len(prompt) + len(event.tokens)) // self.tokens_per_block)
+            for name, value in (("kv_cache_alloc_new_blocks", blocks), ("kv_cache_reused_blocks", 0),
+                                ("kv_cache_alloc_total_blocks", blocks), ("total_accepted_draft_tokens", 0),
+                                ("total_draft_tokens", 0)):
+                tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int32)))
+            tensors.append(pb_utils.Tensor("acceptance_rate", np.array([[0.0]], dtype=np.float32)))
         if flags["return_num_input_tokens"]:
             tensors.append(pb_utils.Tensor("num_input_tokens", np.array([[len(prompt)]], dtype=np.int32)))
         if flags["return_num_output_tokens"]:

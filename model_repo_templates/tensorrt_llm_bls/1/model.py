@@ -6,13 +6,16 @@ postprocessing model) and only the new suffix is sent, holding back a trailing i
 character, so the joined chunks equal the non-streamed text, spaces and multi-byte characters
 included. accumulate_tokens=true sends the whole text so far in each chunk instead of the suffix.
 Text models only: the multimodal inputs are declared for client compatibility and refused.
-Each instance serves one request at a time; render sets the instance count (default: the engine's
-max_batch_size) so that many requests can stream at once.
+In decoupled mode each instance serves `bls_concurrency` requests at once, each on a worker thread
+(execute returns at once and the thread sends the responses), so instances x bls_concurrency covers the
+engine's max_batch_size with a handful of stub processes. In non-decoupled mode the requests of one
+execute call run on those threads too, and execute returns when all have answered.
 """
 
 import json
 import math
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -85,23 +88,31 @@ class TritonPythonModel:
         self.accumulate = str(parameters.get("accumulate_tokens", {}).get("string_value", "")).lower() in _TRUE
         name = parameters.get("tensorrt_llm_model_name", {}).get("string_value", "")
         self.llm_model = name or "tensorrt_llm"
+        concurrency = int(parameters.get("bls_concurrency", {}).get("string_value") or 1)
+        self.workers = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="bls")
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            sender = request.get_response_sender() if self.decoupled else None
-            try:
-                final = self._serve(request, sender)
-            except Exception as error:  # noqa: BLE001 - the message goes back to the client
-                final = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
-            if self.decoupled:
-                if final is not None:
-                    sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                else:
-                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                responses.append(final)
-        return None if self.decoupled else responses
+        if self.decoupled:
+            for request in requests:
+                self.workers.submit(self._answer_decoupled, request, request.get_response_sender())
+            return None
+        return list(self.workers.map(self._answer, requests))
+
+    def _answer(self, request, sender=None):
+        try:
+            return self._serve(request, sender)
+        except Exception as error:  # noqa: BLE001 - the message goes back to the client
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
+
+    def _answer_decoupled(self, request, sender):
+        final = self._answer(request, sender)
+        if final is not None:
+            sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def finalize(self):
+        self.workers.shutdown(wait=True, cancel_futures=True)
 
     # -- one request -------------------------------------------------------------------------------
     def _serve(self, request, sender):
@@ -202,7 +213,8 @@ class TritonPythonModel:
         return response
 
     def _text_response(self, text, llm_response):
-        tensors = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=object))]
+        # flat [beams], as NVIDIA's BLS passes postprocessing's OUTPUT on
+        tensors = [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object))]
         if llm_response is not None:
             for name in _PASS_OUT:
                 tensor = pb_utils.get_output_tensor_by_name(llm_response, name)
