@@ -2,10 +2,23 @@
 
 Every stage writes into a temporary sibling folder and renames it over the destination only when it
 succeeded, so an interrupted or failed run never damages the artifact that stood there before.
+
+Re-runs that scale: a manifest records every file's sha256 and size (`files`) and its mtime
+(`mtimes_ns`). A no-op re-run compares size and mtime only (the 16 GB of an 8B model are not read
+again); a file whose mtime differs, or that was written within RACY_S of its manifest (a same-size
+rewrite within one timestamp tick keeps the mtime), is hashed. `pipeline --verify ...` (or
+PIPELINE_VERIFY=1) hashes every file.
+
+Leftovers of killed runs are found by lock files, not PIDs (a PID means nothing to another container
+sharing the volume): each run holds an flock on `.<name>.lock-<token>` while its `.<name>.tmp-<token>`
+(and `.old-<token>`) folders exist; the kernel drops the lock when the run dies, however it dies, and
+the next run removes what an unlocked token left. flock works between containers on one host and, on
+Linux, on NFS (emulated with byte-range locks).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +33,17 @@ from typing import Any, Iterator, Mapping
 
 MANIFEST_NAME = "manifest.json"
 _CHUNK = 1 << 20
+RACY_S = 2.0  # files written this close before their manifest are hashed: mtime ticks can be coarse
+_VERIFY = {"on": os.environ.get("PIPELINE_VERIFY", "") not in ("", "0", "false")}
+
+
+def set_verify(on: bool) -> None:
+    """Hash every file of an artifact when deciding a re-run is a no-op (`pipeline --verify`)."""
+    _VERIFY["on"] = on
+
+
+def verify_enabled() -> bool:
+    return _VERIFY["on"]
 
 
 def sha256_file(path: Path) -> str:
@@ -40,17 +64,22 @@ def short_hash(value: Any, length: int = 10) -> str:
     return sha256_json(value)[:length]
 
 
-def file_inventory(folder: Path, *, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, dict[str, Any]]:
-    """sha256 and size of every regular file under folder, keyed by relative POSIX path."""
-    files: dict[str, dict[str, Any]] = {}
+def _files(folder: Path, exclude: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
     for path in sorted(folder.rglob("*")):
-        if not path.is_file():
-            continue
         rel = path.relative_to(folder).as_posix()
-        if rel in exclude:
-            continue
-        files[rel] = {"sha256": sha256_file(path), "size": path.stat().st_size}
-    return files
+        if path.is_file() and rel not in exclude:
+            yield rel, path
+
+
+def file_inventory(folder: Path, *, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every regular file under folder, keyed by relative POSIX path (the content
+    identity other stages hash: no timestamps in it)."""
+    return {rel: {"sha256": sha256_file(path), "size": path.stat().st_size} for rel, path in _files(folder, exclude)}
+
+
+def file_mtimes(folder: Path, *, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, int]:
+    """mtime (ns) of every regular file under folder: what a no-op re-run compares instead of hashing."""
+    return {rel: path.stat().st_mtime_ns for rel, path in _files(folder, exclude)}
 
 
 def folder_hash(folder: Path) -> str:
@@ -86,22 +115,39 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def is_up_to_date(folder: Path, inputs_hash: str, *, verify_files: bool = True) -> bool:
+def is_up_to_date(folder: Path, inputs_hash: str, *, verify_files: bool = True, verify: bool | None = None) -> bool:
     """True when folder holds a finished artifact made from the same inputs and its files are intact.
+
+    Intact: every recorded file is there with its size; one whose mtime also matches (and was not written
+    within RACY_S of the manifest) is taken as unchanged, any other is hashed. verify (default: `pipeline
+    --verify` / PIPELINE_VERIFY) hashes every file; verify_files=False checks the manifest only.
     Leftovers of killed runs beside it are cleared first (a no-op re-run must not keep them)."""
-    if Path(folder).parent.is_dir():
-        _remove_stale_temporaries(Path(folder))
+    folder = Path(folder)
+    if folder.parent.is_dir():
+        _remove_stale_temporaries(folder)
     manifest = read_manifest(folder)
     if not manifest or manifest.get("inputs_hash") != inputs_hash:
         return False
     if not verify_files:
         return True
+    hash_all = verify_enabled() if verify is None else verify
+    try:
+        racy_from = (folder / MANIFEST_NAME).stat().st_mtime_ns - int(RACY_S * 1e9)
+    except OSError:
+        return False
     recorded = manifest.get("files") or {}
+    mtimes = manifest.get("mtimes_ns") or {}  # absent in manifests written before it was recorded: hash
     for rel, meta in recorded.items():
         path = folder / rel
-        if not path.is_file() or path.stat().st_size != meta.get("size"):
+        try:
+            stat = path.stat()
+        except OSError:
             return False
-        if sha256_file(path) != meta.get("sha256"):
+        if not path.is_file() or stat.st_size != meta.get("size"):
+            return False
+        mtime = mtimes.get(rel)
+        unchanged = isinstance(mtime, int) and stat.st_mtime_ns == mtime and mtime < racy_from
+        if (hash_all or not unchanged) and sha256_file(path) != meta.get("sha256"):
             return False
     return True
 
@@ -139,6 +185,7 @@ def build_manifest(
         "duration_s": round(time.time() - started, 3),
         **(dict(extra) if extra else {}),
         "files": file_inventory(folder),
+        "mtimes_ns": file_mtimes(folder),
     }
 
 
@@ -147,51 +194,107 @@ def atomic_dir(destination: Path) -> Iterator[Path]:
     """Yield a fresh temporary folder beside destination; on success it replaces destination.
 
     On any exception (or a kill) the temporary folder is discarded and destination is untouched.
-    The old artifact is moved aside and deleted only after the new one is in place.
+    The old artifact is moved aside and deleted only after the new one is in place. The run holds the
+    lock `.<name>.lock-<token>` throughout, which marks its folders as alive to every other run.
     """
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(destination)
-    tmp = destination.with_name(f".{destination.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    tmp.mkdir()
+    token = uuid.uuid4().hex[:12]
+    with _run_lock(destination, token):
+        tmp = destination.with_name(f".{destination.name}.tmp-{token}")
+        tmp.mkdir()
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        old = None
+        if destination.exists():
+            old = destination.with_name(f".{destination.name}.old-{token}")
+            os.replace(destination, old)
+        os.replace(tmp, destination)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _lock_path(destination: Path, token: str) -> Path:
+    return destination.with_name(f".{destination.name}.lock-{token}")
+
+
+@contextmanager
+def _run_lock(destination: Path, token: str) -> Iterator[None]:
+    """Hold an exclusive flock on the run's lock file. The file is locked before it gets its name (made
+    under a private name, locked, renamed), so no other run ever sees it unlocked while this run lives."""
+    path = _lock_path(destination, token)
+    private = destination.with_name(f".{destination.name}.lockinit-{token}")
+    fd = os.open(private, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if destination.exists():
-        old = destination.with_name(f".{destination.name}.old-{uuid.uuid4().hex[:6]}")
-        os.replace(destination, old)
-    os.replace(tmp, destination)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())  # for people; never read
+        os.replace(private, path)
+        try:
+            yield
+        finally:
+            _unlink(path)
+    finally:
+        _unlink(private)
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _held(lock: Path) -> bool | None:
+    """True when a live run holds lock, False when nobody does (it is taken and kept by the caller until
+    _release), None when the file is not there."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return True
+    _HELD_BY_CLEANER[lock] = fd
+    return False
+
+
+_HELD_BY_CLEANER: dict[Path, int] = {}
+
+
+def _release(lock: Path, *, delete: bool) -> None:
+    fd = _HELD_BY_CLEANER.pop(lock, None)
+    if delete:
+        _unlink(lock)
+    if fd is not None:
+        os.close(fd)
 
 
 def _remove_stale_temporaries(destination: Path) -> None:
-    """Delete leftovers of killed runs (their process is gone). An orphaned `.old-` folder is put
-    back when the destination itself is missing (killed between the two renames)."""
+    """Delete leftovers of dead runs: `.tmp-<token>` / `.old-<token>` folders whose lock nobody holds (or
+    that have no lock file), and unheld lock files. An orphaned `.old-` folder is put back when the
+    destination itself is missing (its run died between the two renames)."""
     prefix = f".{destination.name}."
-    for sibling in destination.parent.glob(f"{prefix}*"):
+    for sibling in sorted(destination.parent.glob(f"{prefix}*")):
         rest = sibling.name[len(prefix):]
-        if rest.startswith("old-") and not destination.exists():
-            os.replace(sibling, destination)
+        kind, _, token = rest.partition("-")
+        if kind not in ("tmp", "old", "lock") or not token:
             continue
-        if rest.startswith("tmp-"):
-            pid_text = rest[4:].split("-", 1)[0]
-            if pid_text.isdigit() and _pid_alive(int(pid_text)):
-                continue
-        if rest.startswith(("tmp-", "old-")):
-            shutil.rmtree(sibling, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        lock = _lock_path(destination, token)
+        held = _held(lock)
+        if held:
+            continue
+        try:
+            if kind == "old" and sibling.is_dir() and not destination.exists():
+                os.replace(sibling, destination)
+            elif kind in ("tmp", "old"):
+                shutil.rmtree(sibling, ignore_errors=True)
+        finally:
+            _release(lock, delete=held is False and not any(
+                destination.with_name(f"{prefix}{k}-{token}").exists() for k in ("tmp", "old")))

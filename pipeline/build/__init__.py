@@ -210,15 +210,8 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
 
 
 def _cached(engine_dir: Path, inputs_hash: str) -> bool:
-    """Same inputs and every recorded file present with its recorded size (no re-hash: fast)."""
-    if not is_up_to_date(engine_dir, inputs_hash, verify_files=False):
-        return False
-    manifest = read_manifest(engine_dir) or {}
-    for rel, meta in (manifest.get("files") or {}).items():
-        path = engine_dir / rel
-        if not path.is_file() or path.stat().st_size != meta.get("size"):
-            return False
-    return bool(manifest.get("files"))
+    """Same inputs and every recorded file intact (size and mtime; hashed with `pipeline --verify`)."""
+    return is_up_to_date(engine_dir, inputs_hash) and bool((read_manifest(engine_dir) or {}).get("files"))
 
 
 def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: float | None) -> dict[str, Any]:

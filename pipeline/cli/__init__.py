@@ -15,6 +15,7 @@ from typing import Sequence
 
 import typer
 
+from pipeline.artifacts import set_verify
 from pipeline.errors import PipelineError
 from pipeline.output import OUT
 
@@ -33,9 +34,12 @@ _DEBUG = {"on": False}
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.", envvar="PIPELINE_DEBUG"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print results and errors."),
+    verify: bool = typer.Option(False, "--verify", envvar="PIPELINE_VERIFY", help=(
+        "Hash every file of an existing artifact before reusing it (default: size and mtime).")),
 ) -> None:
     _DEBUG["on"] = debug
     OUT.quiet = quiet
+    set_verify(verify)
 
 
 def _register_commands() -> None:

@@ -7,12 +7,22 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import atomic_dir, build_manifest, folder_hash, is_up_to_date, write_json_atomic
+from pipeline.artifacts import (
+    atomic_dir,
+    build_manifest,
+    folder_hash,
+    is_up_to_date,
+    read_manifest,
+    set_verify,
+    verify_enabled,
+    write_json_atomic,
+)
 from pipeline.errors import InvalidInputError
 from pipeline.paths import model_dir, model_slug, safe_name, stage_dir
 
@@ -93,3 +103,141 @@ def test_model_dirs_stay_under_the_build_root(tmp_path):
     assert model_slug("../../etc/passwd") == "etc-passwd"
     with pytest.raises(InvalidInputError):
         model_dir("..", tmp_path)
+
+
+# --- re-runs that scale: size + mtime, hashes only with --verify -------------------------------------
+
+
+def _aged_artifact(dest: Path, content: bytes, age_s: float = 3600) -> Path:
+    """An artifact whose file was written age_s ago (outside the racy window of its manifest)."""
+    with atomic_dir(dest) as tmp:
+        (tmp / "weights.bin").write_bytes(content)
+        old = time.time() - age_s
+        os.utime(tmp / "weights.bin", (old, old))
+        write_json_atomic(tmp / "manifest.json", build_manifest(stage="t", inputs={}, inputs_hash="h", folder=tmp,
+                                                                started=time.time()))
+    return dest / "weights.bin"
+
+
+def _rewrite_keeping_size_and_mtime(path: Path, content: bytes) -> None:
+    stat = path.stat()
+    path.write_bytes(content)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_no_op_check_reads_size_and_mtime_only_and_verify_hashes(tmp_path):
+    """A same-size rewrite that keeps the mtime is invisible without --verify (the file is not read),
+    and found with it: the documented trade-off."""
+    weights = _aged_artifact(tmp_path / "artifact", b"good" * 1000)
+    assert read_manifest(tmp_path / "artifact")["mtimes_ns"]["weights.bin"] == weights.stat().st_mtime_ns
+    _rewrite_keeping_size_and_mtime(weights, b"evil" * 1000)
+    assert is_up_to_date(tmp_path / "artifact", "h")
+    assert not is_up_to_date(tmp_path / "artifact", "h", verify=True)
+    set_verify(True)
+    try:
+        assert not is_up_to_date(tmp_path / "artifact", "h")
+    finally:
+        set_verify(False)
+
+
+def test_a_touched_file_is_hashed_and_accepted_when_its_content_is_the_same(tmp_path):
+    weights = _aged_artifact(tmp_path / "artifact", b"good" * 1000)
+    os.utime(weights)  # mtime now: hashed, same bytes
+    assert is_up_to_date(tmp_path / "artifact", "h")
+    weights.write_bytes(b"evil" * 1000)  # new mtime and new bytes
+    assert not is_up_to_date(tmp_path / "artifact", "h")
+
+
+def test_a_file_rewritten_within_the_racy_window_is_hashed(tmp_path):
+    """Written just before its manifest: a same-size rewrite in the same timestamp tick would keep the
+    mtime, so such files are always hashed."""
+    dest = tmp_path / "artifact"
+    _write_good(dest, "v1")
+    _rewrite_keeping_size_and_mtime(dest / "weights.bin", b"v9")
+    assert not is_up_to_date(dest, "v1")
+
+
+def test_a_size_change_is_stale_without_hashing(tmp_path):
+    weights = _aged_artifact(tmp_path / "artifact", b"good" * 1000)
+    weights.write_bytes(b"short")
+    assert not is_up_to_date(tmp_path / "artifact", "h")
+
+
+def test_cli_verify_option_and_env(monkeypatch):
+    from pipeline.cli import run
+
+    assert run(["--verify", "gpus", "--json"]) == 0 and verify_enabled()
+    assert run(["gpus", "--json"]) == 0 and not verify_enabled()
+    monkeypatch.setenv("PIPELINE_VERIFY", "1")
+    assert run(["gpus", "--json"]) == 0 and verify_enabled()
+    set_verify(False)
+
+
+# --- leftovers judged dead by lock files, not PIDs ----------------------------------------------------
+
+_HOLD = """
+import sys, time
+from pathlib import Path
+from pipeline.artifacts import atomic_dir
+with atomic_dir(Path(sys.argv[1])) as tmp:
+    (tmp / "weights.bin").write_text("partial")
+    print(tmp.name, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_live_run_in_another_process_keeps_its_folder_and_a_dead_one_loses_it(tmp_path):
+    dest = tmp_path / "artifact"
+    _write_good(dest, "good")
+    child = subprocess.Popen([sys.executable, "-c", _HOLD, str(dest)], stdout=subprocess.PIPE, text=True)
+    try:
+        name = child.stdout.readline().strip()
+        assert name.startswith(".artifact.tmp-")
+        _write_good(dest, "mine")  # another run beside it: must not touch the live run's folder
+        assert (tmp_path / name / "weights.bin").read_text() == "partial"
+        assert is_up_to_date(dest, "mine") and (tmp_path / name).is_dir()
+    finally:
+        child.kill()
+        child.wait()
+    assert is_up_to_date(dest, "mine")  # the lock died with the run: its leftovers go
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
+
+
+def test_two_runs_in_one_process_do_not_remove_each_other(tmp_path):
+    """The old PID rule took this process's own PID for a dead run's: a second run (another thread)
+    deleted the first one's temporary folder under it."""
+    dest = tmp_path / "artifact"
+    started, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            with atomic_dir(dest) as tmp:
+                (tmp / "weights.bin").write_text("first")
+                started.set()
+                release.wait(10)
+                write_json_atomic(tmp / "manifest.json", build_manifest(stage="t", inputs={}, inputs_hash="first",
+                                                                        folder=tmp, started=time.time()))
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert started.wait(10)
+    _write_good(dest, "second")
+    release.set()
+    worker.join()
+    assert not errors, errors
+    assert (dest / "weights.bin").read_text() == "first" and is_up_to_date(dest, "first")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
+
+
+def test_leftovers_without_a_lock_file_and_unheld_locks_are_removed(tmp_path):
+    dest = tmp_path / "artifact"
+    _write_good(dest, "good")
+    (tmp_path / f".artifact.tmp-{os.getpid()}-abc123").mkdir()  # the old naming, a live PID: dead all the same
+    (tmp_path / ".artifact.tmp-deadbeef0000").mkdir()
+    (tmp_path / ".artifact.lock-deadbeef0000").write_text("")
+    (tmp_path / ".artifact.lock-feedface0000").write_text("")  # killed before its folder was made
+    assert is_up_to_date(dest, "good")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
