@@ -27,6 +27,9 @@ class DemoSpec(BaseModel):
     quant: str = "fp16"
     goal: str = "latency"
     ready_timeout_s: float = Field(600.0, gt=0)
+    # An orderly stop is the models' unload (~5 s on 2 shared cores). A cancelled ensemble stream stays in
+    # flight in Triton 2.51 and holds a stopping server for its whole exit timeout (Triton's default: 30 s).
+    exit_timeout_s: int = Field(10, ge=0)
     root: Path | None = None
 
 
@@ -57,6 +60,8 @@ class DemoResult(BaseModel):
     steps: list[DemoStep]
     passed: bool
     smoke: dict[str, Any]
+    prompt: str = ""
+    answer: str | None = None  # the model's greedy answer to prompt (None when the smoke got none)
 
     @property
     def total_s(self) -> float:
@@ -158,7 +163,9 @@ def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None) 
 
     t = time.perf_counter()
     log_file = repo.parent / f"{repo.name}.server.log"
-    with start_server(ServerSpec(repo=repo, log_file=log_file, ready_timeout_s=spec.ready_timeout_s)) as server:
+    server_spec = ServerSpec(repo=repo, log_file=log_file, ready_timeout_s=spec.ready_timeout_s,
+                             exit_timeout_s=spec.exit_timeout_s)
+    with start_server(server_spec) as server:
         steps.record("serve", t, server.log_file, f"ready on grpc {server.grpc_url}")
         t = time.perf_counter()
         report = run_smoke(SmokeSpec(url=server.grpc_url))
@@ -166,8 +173,9 @@ def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None) 
         steps.record("smoke", t, server.grpc_url, f"{len(report.checks) - len(failed)}/{len(report.checks)} passed"
                      + (f"; failed: {', '.join(failed)}" if failed else ""))
         t = time.perf_counter()
-    steps.record("stop", t, "", "server stopped")
-    return DemoResult(steps=steps.steps, passed=report.passed, smoke=report.model_dump(mode="json"))
+    steps.record("stop", t, "", f"server stopped (exit code {server.process.returncode})")
+    return DemoResult(steps=steps.steps, passed=report.passed, smoke=report.model_dump(mode="json"),
+                      prompt=report.prompt, answer=report.answer)
 
 
 def require_demo_pass(result: DemoResult) -> None:

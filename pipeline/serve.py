@@ -8,6 +8,10 @@ site-packages copy is never modified and several servers can start at once.
 World size > 1 (the `tensorrtllm` runtime, one rank per GPU) runs under `mpirun` the way
 tensorrtllm_backend's `launch_triton_server.py` does: rank 0 loads the whole repository, every other
 rank loads only the `tensorrt_llm` model(s) in explicit model-control mode.
+
+No orphans: the server runs in its own process group (stop() ends the whole group) and is tied to the
+process that started it by the parent-death signal (pipeline.processes.spawn), so a `kill -9` of that
+process takes tritonserver down, and its Python stubs exit when they see tritonserver gone.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.paths import build_root
+from pipeline.processes import spawn
 
 TRTLLM_MODEL_NAMES: tuple[str, ...] = ("tensorrt_llm",)
 WARMUP_MODELS: tuple[str, ...] = ("ensemble", "tensorrt_llm_bls")
-STOP_TIMEOUT_S = 40.0
+TRITON_EXIT_TIMEOUT_S = 30  # tritonserver's own --exit-timeout-secs default
+STOP_MARGIN_S = 10.0  # beyond the exit timeout before stop() kills the process group
 
 
 class ServerSpec(BaseModel):
@@ -52,6 +58,10 @@ class ServerSpec(BaseModel):
     ready_timeout_s: float = Field(300.0, gt=0)
     world_size: int = Field(1, ge=1)
     warmup: bool = True
+    exit_timeout_s: int = Field(TRITON_EXIT_TIMEOUT_S, ge=0, description=(
+        "--exit-timeout-secs: how long a stopping server waits for in-flight requests and model unloads. "
+        "A cancelled ensemble stream stays in flight in Triton 2.51 (README, Cancellation), so a stop after "
+        "one takes this long."))
     extra_args: tuple[str, ...] = ()
 
     @field_validator("repo")
@@ -181,6 +191,7 @@ def tritonserver_command(spec: ServerSpec, binary: TritonBinary | str | Path) ->
     if backend_dir is not None:
         cmd.append(f"--backend-directory={backend_dir}")
     cmd += _port_args(spec)
+    cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
     cmd += list(spec.extra_args)
     return cmd
 
@@ -209,6 +220,7 @@ def mpirun_command(
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={name}" for name in trtllm_model_names]
         cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
         cmd += list(spec.extra_args)
         cmd.append(":")
     cmd.pop()  # no separator after the last rank
@@ -327,11 +339,13 @@ class TritonServer:
     def log_tail(self, lines: int = 40) -> str:
         return _tail(self.log_file, lines)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """Stop the server and everything it started. Safe to call twice."""
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Stop the server and everything it started: SIGTERM (Triton waits up to its exit timeout for
+        in-flight requests and unloads the models), then SIGKILL for the whole process group after
+        timeout_s (default: the exit timeout plus a margin). Safe to call twice."""
         if self._finalizer.alive:
             self._finalizer.detach()
-            _terminate_group(self.process, timeout_s)
+            _terminate_group(self.process, self.spec.exit_timeout_s + STOP_MARGIN_S if timeout_s is None else timeout_s)
         return self.process.returncode
 
     def __enter__(self) -> "TritonServer":
@@ -421,8 +435,11 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())
         log.flush()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, start_new_session=True)
+        # Tied to this process: if it dies (even by kill -9), the kernel kills tritonserver, whose Python
+        # stubs then exit on their own. mpirun gets SIGTERM instead, which it forwards to its ranks.
+        process = spawn(command, death_signal=signal.SIGTERM if spec.world_size > 1 else signal.SIGKILL,
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                        start_new_session=True)
     server = TritonServer(spec, process, log_file, command)
     try:
         wait_ready(server, spec.ready_timeout_s)

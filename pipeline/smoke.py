@@ -50,6 +50,8 @@ class SmokeReport(BaseModel):
     model: str
     passed: bool
     checks: list[CheckResult]
+    prompt: str = ""
+    answer: str | None = None  # the greedy check's text: what the model said to prompt
 
 
 def run_smoke(spec: SmokeSpec) -> SmokeReport:
@@ -156,8 +158,10 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         checks.append(CheckResult(name=name, passed=passed, detail=detail, seconds=round(time.perf_counter() - started, 3)))
         if name == "live_ready" and not passed:
             break
+    greedy_result = state.get("greedy")
     report = SmokeReport(url=spec.url, model=spec.model, passed=all(c.passed for c in checks) and len(checks) == len(steps),
-                         checks=checks)
+                         checks=checks, prompt=spec.prompt,
+                         answer=greedy_result.text if greedy_result is not None and greedy_result.ok else None)
     if spec.report:
         from pipeline.artifacts import write_json_atomic
 

@@ -83,6 +83,6 @@ def demo_server(demo_repo: Path, session_build_root: Path):
     # A cancelled ensemble stream stays "in flight" in Triton 2.51 (README, "Cancellation"), and the
     # server waits --exit-timeout-secs (30 s by default) for it at shutdown: 5 s is enough here.
     spec = ServerSpec(repo=demo_repo, log_file=session_build_root / "logs" / "demo-tritonserver.log",
-                      ready_timeout_s=600, warmup=True, extra_args=("--exit-timeout-secs=5",))
+                      ready_timeout_s=600, warmup=True, exit_timeout_s=5)
     with start_server(spec) as server:
         yield server

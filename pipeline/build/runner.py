@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 
 import psutil
 
+from pipeline.processes import spawn
+
 SAMPLE_S = 0.25
 
 
@@ -69,8 +71,8 @@ def run_logged(
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
-        child = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        child = spawn(  # dies with this process (parent-death signal), its group is stopped on errors
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})}, cwd=cwd, text=True, errors="replace", bufsize=1,
             start_new_session=True,
         )

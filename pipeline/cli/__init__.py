@@ -18,6 +18,7 @@ import typer
 from pipeline.artifacts import set_verify
 from pipeline.errors import PipelineError
 from pipeline.output import OUT
+from pipeline.processes import Terminated, terminate_as_interrupt
 
 app = typer.Typer(
     name="pipeline",
@@ -61,7 +62,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     _DEBUG["on"] = "--debug" in args or os.environ.get("PIPELINE_DEBUG", "") not in ("", "0", "false")
     OUT.json_mode = False
     try:
-        result = app(args=args, prog_name="pipeline", standalone_mode=False)
+        with terminate_as_interrupt():  # SIGTERM unwinds like Ctrl-C: servers stop, temporaries go
+            result = app(args=args, prog_name="pipeline", standalone_mode=False)
     except PipelineError as error:
         if _DEBUG["on"]:
             import traceback
@@ -78,6 +80,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             OUT.error(error.message)
         return error.exit_code
+    except Terminated as stop:
+        OUT.error("Terminated.")
+        return stop.exit_code
     except (typer.Abort, KeyboardInterrupt):
         OUT.error("Interrupted.")
         return 130

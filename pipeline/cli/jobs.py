@@ -34,7 +34,9 @@ def demo(source: SourceArg = "demo", quant: QuantOpt = "fp16", json_output: Json
     """download -> convert -> build (cpu) -> render -> serve -> smoke -> stop, with one summary table."""
     set_json(json_output)
     result = run_demo(DemoSpec(source=source, quant=quant), on_step=_show)
-    rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "PASS" if result.passed else "FAIL", ""]]
+    answer = f"{result.prompt!r} -> {result.answer!r}" if result.answer is not None else "(no answer)"
+    rows = _rows(result.steps) + [["answer", "", answer, "ensemble, greedy"],
+                                  ["total", f"{result.total_s:.1f}", "PASS" if result.passed else "FAIL", ""]]
     OUT.result(result, table=simple_table("make demo", ["step", "s", "result", "where"], rows))
     require_demo_pass(result)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,7 +10,8 @@ import typer
 from pipeline.cli._options import JsonOpt, set_json
 from pipeline.errors import StageFailedError
 from pipeline.output import OUT, simple_table
-from pipeline.serve import ServerSpec, start_server
+from pipeline.processes import Terminated
+from pipeline.serve import TRITON_EXIT_TIMEOUT_S, ServerSpec, start_server
 
 HttpPortOpt = Annotated[int, typer.Option("--http-port", min=0, max=65535, help="HTTP port (0: a free one).")]
 GrpcPortOpt = Annotated[int, typer.Option("--grpc-port", min=0, max=65535, help="gRPC port (0: a free one).")]
@@ -20,6 +20,8 @@ WorldSizeOpt = Annotated[int, typer.Option("--world-size", min=1, help="Ranks (G
 LogFileOpt = Annotated[Optional[Path], typer.Option("--log-file", help="Server log file (default: build/logs/tritonserver-*.log).")]
 ReadyTimeoutOpt = Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait for /v2/health/ready.")]
 WarmupOpt = Annotated[bool, typer.Option("--warmup/--no-warmup", help="Send a few requests before reporting ready.")]
+ExitTimeoutOpt = Annotated[int, typer.Option("--exit-timeout", min=0, help=(
+    "Seconds a stopping server waits for in-flight requests (tritonserver --exit-timeout-secs)."))]
 
 
 def register(app: typer.Typer) -> None:
@@ -35,13 +37,14 @@ def serve(
     log_file: LogFileOpt = None,
     timeout: ReadyTimeoutOpt = 300.0,
     warmup: WarmupOpt = True,
+    exit_timeout: ExitTimeoutOpt = TRITON_EXIT_TIMEOUT_S,
     json_output: JsonOpt = False,
 ) -> None:
     """Serve REPO with tritonserver until Ctrl-C or SIGTERM; a model that fails to load is named with its log line."""
     set_json(json_output)
     spec = ServerSpec(repo=repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                      world_size=world_size, log_file=log_file, ready_timeout_s=timeout, warmup=warmup)
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+                      world_size=world_size, log_file=log_file, ready_timeout_s=timeout, warmup=warmup,
+                      exit_timeout_s=exit_timeout)
     ready = False
     try:
         OUT.info(f"Starting tritonserver on {spec.repo} ...")
@@ -54,13 +57,7 @@ def serve(
             code = server.wait()
             raise StageFailedError(f"tritonserver exited on its own with code {code}. Last log lines:\n{server.log_tail(20)}",
                                    hint=f"The full log is {server.log_file}.")
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):  # Ctrl-C, or SIGTERM (pipeline.cli.run turns it into Terminated)
         if not ready:
             raise
         OUT.info("Stopped.")  # leaving the with-block stopped the server and its process group
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _sigterm_as_interrupt(signum, frame) -> None:  # noqa: ARG001
-    raise KeyboardInterrupt

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipeline.errors import StageFailedError
@@ -57,26 +58,115 @@ def test_failing_model_is_named_with_its_log_line(tmp_path: Path) -> None:
     assert "echo:" not in message  # the healthy model is not blamed
 
 
-def test_cli_serve_runs_until_sigterm(tmp_path: Path) -> None:
-    log = tmp_path / "cli.log"
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("pipeline")), "--quiet", "serve", str(ECHO_REPO), "--json",
+def _cli_serve(log: Path, repo: Path = ECHO_REPO) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("pipeline")), "--quiet", "serve", str(repo), "--json",
          "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--log-file", str(log), "--no-warmup"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+
+
+def _ready_json(proc: subprocess.Popen) -> dict:
+    first = proc.stdout.readline()  # the JSON result is printed once the server is ready
+    assert first.startswith("{"), proc.stderr.read()
+    while not first.endswith("}\n"):
+        first += proc.stdout.readline()
+    return json.loads(first)
+
+
+def _server_tree(pid: int) -> list[psutil.Process]:
+    """tritonserver and its Python-backend stubs (one per model instance)."""
+    server = psutil.Process(pid)
+    return [server, *server.children(recursive=True)]
+
+
+def _still_running(processes: list[psutil.Process], within_s: float) -> list[str]:
+    """Those of processes that are still running (zombies count as gone) after within_s."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(f"{process.pid} {process.name()}")
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _kill_tree(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_cli_serve_runs_until_sigterm(tmp_path: Path) -> None:
+    """SIGTERM is the orderly stop: exit 0, tritonserver and its stubs gone."""
+    log = tmp_path / "cli.log"
+    proc = _cli_serve(log)
     watchdog = threading.Timer(180, proc.kill)
     watchdog.start()
+    tree: list[psutil.Process] = []
     try:
-        first = proc.stdout.readline()  # the JSON result is printed once the server is ready
-        assert first.startswith("{"), proc.stderr.read()
-        while not first.endswith("}\n"):
-            first += proc.stdout.readline()
+        out = _ready_json(proc)
+        tree = _server_tree(out["pid"])
+        assert len(tree) >= 2, "no Python-backend stub under tritonserver"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
+        left = _still_running(tree, within_s=1.0)
     finally:
         watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
-    out = json.loads(first)
+        _kill_tree(tree)
     assert proc.returncode == 0, err
     assert out["grpc_url"].startswith("127.0.0.1:") and out["log_file"] == str(log)
+    assert not left, f"still running after pipeline serve stopped: {left}"
+
+
+def test_kill_9_of_cli_serve_takes_the_server_and_its_stubs_along(tmp_path: Path) -> None:
+    """No orphans: `kill -9` of `pipeline serve` (no Python clean-up can run) ends tritonserver through
+    its parent-death signal, and its Python stubs exit when they see tritonserver gone."""
+    proc = _cli_serve(tmp_path / "cli.log")
+    watchdog = threading.Timer(180, proc.kill)
+    watchdog.start()
+    tree: list[psutil.Process] = []
+    try:
+        tree = _server_tree(_ready_json(proc)["pid"])
+        assert len(tree) >= 2, "no Python-backend stub under tritonserver"
+        killed = time.monotonic()
+        proc.kill()
+        proc.wait(timeout=10)
+        left = _still_running(tree, within_s=5.0)
+        took = time.monotonic() - killed
+    finally:
+        watchdog.cancel()
+        _kill_tree(tree)  # never leave them behind, even when the assertion below fails
+    print(f"tritonserver and {len(tree) - 1} stub(s) gone {took:.2f} s after kill -9 of pipeline serve")
+    assert not left, f"still running 5 s after kill -9 of pipeline serve: {left}"
+
+
+def test_sigterm_while_starting_exits_143_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM before the server is ready: exit 128+15, the half-started server stopped."""
+    proc = _cli_serve(tmp_path / "cli.log")
+    tree: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not tree and time.monotonic() < deadline:
+            tree = psutil.Process(proc.pid).children()  # tritonserver appeared, not ready yet
+            time.sleep(0.02)
+        assert tree, "tritonserver never started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        left = _still_running(tree, within_s=1.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _kill_tree(tree)
+    assert proc.returncode == 143, err
+    assert "Terminated" in err
+    assert not left, f"still running: {left}"

@@ -35,8 +35,9 @@ def test_single_process_command_has_repo_backends_and_ports(tmp_path: Path) -> N
     binary = TritonBinary(path=Path("/x/tritonserver"), backend_dir=Path("/cache/backends"))
     assert tritonserver_command(spec, binary) == [
         "/x/tritonserver", f"--model-repository={tmp_path.resolve()}", "--backend-directory=/cache/backends",
-        "--grpc-port=2", "--http-port=1", "--metrics-port=3", "--log-verbose=1",
+        "--grpc-port=2", "--http-port=1", "--metrics-port=3", "--exit-timeout-secs=30", "--log-verbose=1",
     ]
+    assert "--exit-timeout-secs=5" in tritonserver_command(spec.model_copy(update={"exit_timeout_s": 5}), binary)
 
 
 def test_mpirun_command_matches_launch_triton_server_contract(tmp_path: Path) -> None:
@@ -48,10 +49,12 @@ def test_mpirun_command_matches_launch_triton_server_contract(tmp_path: Path) ->
         "mpirun", "--allow-run-as-root",
         "-n", "1", "/opt/tritonserver/bin/tritonserver", f"--model-repository={repo}", *common,
         "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
+        "--exit-timeout-secs=30",
         ":",
         "-n", "1", "/opt/tritonserver/bin/tritonserver", f"--model-repository={repo}", *common,
         "--model-control-mode=explicit", "--load-model=tensorrt_llm",
         "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix1_",
+        "--exit-timeout-secs=30",
     ]
 
 

@@ -1,0 +1,137 @@
+"""Child processes that die with the pipeline, and SIGTERM as an orderly stop.
+
+`spawn` starts a child with the Linux parent-death signal (prctl PR_SET_PDEATHSIG): when the process
+that started it dies, even by `kill -9`, the kernel sends the child that signal. The signal fires when
+the *thread* that forked the child exits, not the process, so every child is forked from one daemon
+thread that lives as long as the process (a server started from a short-lived worker thread would
+otherwise die with that thread).
+
+tritonserver's own children, the Python-backend stubs, watch their parent: each stub checks every
+300 ms that tritonserver is still there and exits when it is not (python_backend src/pb_stub.cc,
+"Non-graceful termination detected"), so killing tritonserver takes them along.
+
+`terminate_as_interrupt` turns SIGTERM into `Terminated` (a BaseException, as KeyboardInterrupt), so `with start_server(...)`
+blocks and `atomic_dir` clean-ups run on `kill PID` / CI cancellation exactly as on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+_PR_SET_PDEATHSIG = 1
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C (servers stop, temporary folders go), exit 128 + 15. A
+    BaseException, like KeyboardInterrupt, so `except Exception` does not swallow it; not a
+    KeyboardInterrupt, which Typer turns into exit 130."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()  # resolved before any fork: the child only calls it
+
+
+def parent_death_signal_supported() -> bool:
+    return _PRCTL is not None
+
+
+def _tie_to_parent(death_signal: int, parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: ask for death_signal when the parent goes; if it already went, die now."""
+
+    def preexec() -> None:
+        if _PRCTL is None:
+            return
+        _PRCTL(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died between fork and prctl
+            os.kill(os.getpid(), death_signal)
+
+    return preexec
+
+
+class _Spawner:
+    """One daemon thread that forks every child, so a child's parent-death signal is tied to the life
+    of the process rather than to whichever thread asked for it."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._owner_pid = 0
+        self._lock = threading.Lock()
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            # a forked copy of this process has no spawner thread: start its own
+            if self._thread is None or not self._thread.is_alive() or self._owner_pid != os.getpid():
+                self._jobs = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._run, name="pipeline-spawner", daemon=True)
+                self._owner_pid = os.getpid()
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            make, future = self._jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(make())
+                except BaseException as error:  # noqa: BLE001 - handed back to the caller
+                    future.set_exception(error)
+
+    def popen(self, make: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        self._ensure_thread()
+        future: Future = Future()
+        self._jobs.put((make, future))
+        return future.result()
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn(argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **popen_kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen(argv, **popen_kwargs) for a child that gets death_signal when this process dies
+    (Linux; elsewhere a plain Popen). Keep start_new_session=True in popen_kwargs to stop the child's
+    whole group later; a preexec_fn of the caller's is not accepted."""
+    if "preexec_fn" in popen_kwargs:
+        raise TypeError("spawn sets preexec_fn itself")
+    preexec = _tie_to_parent(death_signal, os.getpid())
+    return _SPAWNER.popen(lambda: subprocess.Popen(list(argv), preexec_fn=preexec, **popen_kwargs))
+
+
+def _raise_terminated(signum: int, frame: object) -> None:  # noqa: ARG001
+    raise Terminated()
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises Terminated in the main thread (elsewhere: no change)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
