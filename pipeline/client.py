@@ -2,8 +2,9 @@
 
 `build_inputs` is a small pure function shared by the sync helper here, smoke and bench; its
 InferInput objects work with both tritonclient.grpc and tritonclient.grpc.aio (the aio client uses
-the same class). `generate` is a blocking helper that always uses the gRPC stream API (the models
-are decoupled) and sets the `stream` input to choose streamed or whole responses.
+the same class). `generate` is a blocking helper that always uses the gRPC stream API (it serves decoupled
+and non-decoupled models alike) and sets the `stream` input to choose streamed or whole responses;
+`is_decoupled` tells which of the two a served model is.
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def build_inputs(request: GenerateRequest) -> list:
         if value is not None:
             inputs.append(tensor(name, np.array([[value]], dtype=np_type), triton_type))
     return inputs
+
+
+def is_decoupled(client, model: str) -> bool:
+    """Whether `model` answers a request with a stream of responses: its config.pbtxt sets
+    model_transaction_policy { decoupled: true }, or it is an ensemble with a decoupled step (the ensemble
+    streams what its steps stream). Read from the server (tritonclient.grpc client), i.e. from the
+    repository as rendered. A model rendered with --no-decoupled refuses stream=true."""
+    seen: set[str] = set()
+
+    def decoupled(name: str) -> bool:
+        if name in seen:
+            return False
+        seen.add(name)
+        config = client.get_model_config(name).config
+        if config.model_transaction_policy.decoupled:
+            return True
+        steps = config.ensemble_scheduling.step if config.platform == "ensemble" else ()
+        return any(decoupled(step.model_name) for step in steps)
+
+    return decoupled(model)
 
 
 def is_final(result) -> bool:

@@ -565,25 +565,27 @@ def _warmup_target(client) -> tuple[str, object] | None:
 
 
 def warm_up(server: TritonServer, requests: int = 2, max_tokens: int = 4, timeout_s: float = 120.0) -> str | None:
-    """Send a few short streaming requests so the first user request does not pay for lazy set-up.
+    """Send a few short requests so the first user request does not pay for lazy set-up: streamed when
+    the repository was rendered decoupled, whole otherwise (a --no-decoupled model refuses stream=true).
 
     Returns the model warmed up (None when the repository has no text model). A failing warm-up
     request is a StageFailedError: a server that cannot answer is not ready.
     """
     import tritonclient.grpc as grpcclient
 
-    from pipeline.client import GenerateRequest, generate
+    from pipeline.client import GenerateRequest, generate, is_decoupled
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         target = _warmup_target(client)
+        stream = target is not None and is_decoupled(client, target[0])
     finally:
         client.close()
     if target is None:
         return None
     name, config = target
     names = {i.name for i in config.input}
-    request = GenerateRequest(prompt="Hello, warm-up.", max_tokens=max_tokens, stream="stream" in names,
+    request = GenerateRequest(prompt="Hello, warm-up.", max_tokens=max_tokens, stream=stream and "stream" in names,
                               exclude_input_in_output=True if "exclude_input_in_output" in names else None,
                               return_num_output_tokens="return_num_output_tokens" in names)
     for _ in range(requests):

@@ -4,6 +4,11 @@ Checks, in order: live/ready; metadata of the served model; a greedy request ret
 gives >= 2 responses whose text equals the non-streamed text; max_tokens is respected (token count);
 a stop word stops generation; the other front model (BLS vs ensemble) answers the same; 8 concurrent
 requests all complete; a too-long prompt gets a clear error and the server is still ready after it.
+
+The checks follow the mode the repository was rendered for (`is_decoupled`, from the served config):
+decoupled models are exercised streamed; a `--no-decoupled` repository is exercised with whole
+responses, and its streaming check becomes `streaming_refused`: stream=true gets an error that names the
+decoupled transaction policy, and the server still answers afterwards.
 Every check is a record (failures are data); `run_smoke` raises GateFailedError only through
 `require_pass`, so callers can still print the report.
 """
@@ -17,7 +22,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.client import GenerateRequest, GenerateResult, generate
+from pipeline.client import GenerateRequest, GenerateResult, generate, is_decoupled
 from pipeline.errors import GateFailedError, InvalidInputError
 
 FrontModel = Literal["ensemble", "tensorrt_llm_bls"]
@@ -50,6 +55,7 @@ class SmokeReport(BaseModel):
     model: str
     passed: bool
     checks: list[CheckResult]
+    decoupled: bool | None = None  # the served model's mode (None: the server was not reachable)
     prompt: str = ""
     answer: str | None = None  # the greedy check's text: what the model said to prompt
 
@@ -71,9 +77,13 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         try:
             live, ready = client.is_server_live(), client.is_server_ready()
             model_ready = client.is_model_ready(spec.model)
+            if model_ready and "decoupled" not in state:
+                state["decoupled"] = is_decoupled(client, spec.model)
         finally:
             client.close()
-        return live and ready and model_ready, f"live={live} ready={ready} {spec.model} ready={model_ready}"
+        return live and ready and model_ready, f"live={live} ready={ready} {spec.model} ready={model_ready}" + (
+            f", {'decoupled (streamed)' if state['decoupled'] else 'not decoupled (whole responses)'}"
+            if "decoupled" in state else "")
 
     def metadata() -> tuple[bool, str]:
         client = _client(spec.url)
@@ -99,10 +109,20 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         return ok, f"{result.responses} responses; joined text {'equals' if same else 'differs from'} the non-streamed text" + (
             f" ({result.text!r} vs {base.text if base else None!r})" if not same else "") + (f"; error: {result.error}" if result.error else "")
 
+    def streaming_refused() -> tuple[bool, str]:
+        result = call(stream=True)
+        clear = result.error is not None and "decoupled" in result.error
+        after = call(max_tokens=spec.short_max_tokens)
+        ok = clear and after.ok and bool(after.text)
+        return ok, f"stream=true: {(result.error or 'accepted (no error)')[:200]}; afterwards a whole request " + (
+            "succeeded" if after.ok else f"failed: {after.error}")
+
     def max_tokens() -> tuple[bool, str]:
-        result = call(max_tokens=spec.short_max_tokens, stream=True)
+        result = call(max_tokens=spec.short_max_tokens, stream=state["decoupled"])
         count = result.output_tokens if result.output_tokens is not None else result.responses
         ok = result.ok and 1 <= count <= spec.short_max_tokens and result.responses <= spec.short_max_tokens
+        if not state["decoupled"]:
+            ok = ok and result.output_tokens is not None and result.responses == 1
         return ok, f"max_tokens={spec.short_max_tokens}: {count} tokens in {result.responses} responses" + (
             f"; error: {result.error}" if result.error else "")
 
@@ -127,7 +147,7 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         prompts = [f"{spec.prompt} (request {i})" if i % 2 else spec.prompt for i in range(spec.concurrency)]
         started = time.perf_counter()
         with ThreadPoolExecutor(spec.concurrency) as pool:
-            results = list(pool.map(lambda p: call(prompt=p, stream=True), prompts))
+            results = list(pool.map(lambda p: call(prompt=p, stream=state["decoupled"]), prompts))
         wall = time.perf_counter() - started
         failed = [r.error for r in results if not r.ok or not r.text]
         tokens = sum((r.output_tokens or r.responses) for r in results)
@@ -149,7 +169,10 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         ("max_tokens", max_tokens), ("stop_word", stop_word), (f"{other}_equals_{spec.model}", bls_equals_ensemble),
         (f"concurrent_{spec.concurrency}", concurrent), ("too_long_prompt", too_long),
     ]
-    for name, step in steps:
+    for index, (name, step) in enumerate(steps):
+        if name == "streaming" and state.get("decoupled") is False:
+            name, step = "streaming_refused", streaming_refused
+            steps[index] = (name, step)
         started = time.perf_counter()
         try:
             passed, detail = step()
@@ -160,7 +183,7 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
             break
     greedy_result = state.get("greedy")
     report = SmokeReport(url=spec.url, model=spec.model, passed=all(c.passed for c in checks) and len(checks) == len(steps),
-                         checks=checks, prompt=spec.prompt,
+                         checks=checks, decoupled=state.get("decoupled"), prompt=spec.prompt,
                          answer=greedy_result.text if greedy_result is not None and greedy_result.ok else None)
     if spec.report:
         from pipeline.artifacts import write_json_atomic

@@ -19,7 +19,28 @@ def test_smoke_ensemble_passes(demo_server, tmp_path) -> None:
     assert [c.name for c in report.checks] == [
         "live_ready", "metadata", "greedy", "streaming", "max_tokens", "stop_word",
         "tensorrt_llm_bls_equals_ensemble", "concurrent_8", "too_long_prompt"]
+    assert report.decoupled is True and report.answer
     assert json.loads((tmp_path / "smoke.json").read_text())["passed"] is True
+
+
+def test_no_decoupled_repository_serves_warms_up_and_passes_smoke(demo_engine, session_build_root, tmp_path) -> None:
+    """`pipeline render --no-decoupled` (the mode NVIDIA's end-to-end test uses) gives a repository that
+    serve starts (warm-up in whole responses) and smoke passes, with stream=true refused by name."""
+    from pipeline.render import RenderSpec, render
+    from pipeline.serve import ServerSpec, start_server
+
+    repo = render(RenderSpec(engine=demo_engine, runtime="reference", decoupled=False,
+                             out=session_build_root / "smoke" / "repo-no-decoupled")).repo
+    assert "decoupled: false" in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    spec = ServerSpec(repo=repo, log_file=tmp_path / "server.log", ready_timeout_s=600, warmup=True, exit_timeout_s=5)
+    with start_server(spec) as server:
+        reports = [run_smoke(SmokeSpec(url=server.grpc_url, model=model)) for model in ("ensemble", "tensorrt_llm_bls")]
+    for report in reports:
+        failed = {c.name: c.detail for c in report.checks if not c.passed}
+        assert report.passed, (report.model, failed)
+        assert report.decoupled is False
+        assert [c.name for c in report.checks][3] == "streaming_refused"
+        assert report.answer
 
 
 def test_smoke_cli_on_bls(demo_server, capsys) -> None:
