@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -346,16 +345,10 @@ class ReferenceEngine:
 
 
 def intra_op_threads() -> int:
-    """Torch threads for the model: $PIPELINE_REFERENCE_THREADS, else half the cores (1 on 2 cores).
+    """Torch threads for the model (pipeline.cpus.reference_threads: from the CPU affinity and cgroup quota)."""
+    from pipeline.cpus import reference_threads
 
-    The server's other processes (Triton, the pre/postprocessing and BLS stubs, the clients of a test)
-    share the machine; torch's OpenMP threads spin while they wait for each other, so on an oversubscribed
-    2-core machine 2 threads decode ~3x slower than 1 (measured: 16 tokens in 6.0 s vs 1.9 s with three
-    busy processes beside it; 0.6 s vs 0.9 s on an idle machine)."""
-    value = os.environ.get("PIPELINE_REFERENCE_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return max(1, (os.cpu_count() or 2) // 2)
+    return reference_threads()
 
 
 def check_sampling(options: SamplingOptions, names: dict[str, str] | None = None) -> None:
