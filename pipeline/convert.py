@@ -26,6 +26,7 @@ from pipeline.artifacts import MANIFEST_NAME, atomic_dir, build_manifest, is_up_
 from pipeline.calibration import DEFAULT_CALIB_SIZE, CalibrationSet, load_calibration
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.gpus import check_precision, get_gpu
+from pipeline.hf_compat import RopeSettings, causal_lm_class, read_json_object, resolved_rope
 from pipeline.output import OUT
 from pipeline.paths import build_root, model_slug, stage_dir
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
@@ -33,21 +34,30 @@ from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_fo
 Dtype = Literal["float16", "bfloat16"]
 
 # Bump when what convert writes changes, so existing checkpoints are made again.
-CONVERTER_VERSION = 1
+# 2: config.json completed and checked against TensorRT-LLM's model classes (pipeline.checkpoint_keys).
+CONVERTER_VERSION = 2
 
 # HF architectures ModelOpt's TensorRT-LLM export handles as plain decoder-only models, with the
-# decoder type it is given, restricted to those TensorRT-LLM 1.1 builds with trtllm-build.
-# Only LlamaForCausalLM is exercised by our tests (the demo model); the rest follow ModelOpt's
-# `MODEL_NAME_TO_TYPE` and TensorRT-LLM's model map.
+# decoder type it is given, restricted to those TensorRT-LLM 1.1 builds with trtllm-build. Each one
+# has rows in pipeline/data/trtllm_checkpoint_keys.tsv and is converted (fp8 and int8_sq) from a tiny
+# model in tests/conformance/.
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
-    "MixtralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen",
     "GemmaForCausalLM": "gemma",
-    "Gemma2ForCausalLM": "gemma2",
-    "Phi3ForCausalLM": "phi3",
     "GPT2LMHeadModel": "gpt",
+}
+
+# Architectures TensorRT-LLM 1.1 builds but the installed ModelOpt cannot export to a TensorRT-LLM
+# checkpoint (tried on tiny models of each, fp8, ModelOpt 0.47 + transformers 5): refused up front.
+NOT_EXPORTABLE: dict[str, str] = {
+    "MixtralForCausalLM": "ModelOpt's TensorRT-LLM export fails on transformers 5's fused MoE experts "
+                          "(TypeError: object of type 'QuantMixtralExperts' has no len())",
+    "Gemma2ForCausalLM": "ModelOpt refuses the TensorRT-LLM checkpoint export for Gemma 2 (it offers only its "
+                         "unified HF checkpoint, for TensorRT-LLM's PyTorch backend)",
+    "Phi3ForCausalLM": "ModelOpt refuses the TensorRT-LLM checkpoint export for Phi-3 (it offers only its "
+                       "unified HF checkpoint, for TensorRT-LLM's PyTorch backend)",
 }
 
 _PACKAGES = ("nvidia-modelopt", "torch", "transformers", "safetensors")
@@ -107,6 +117,7 @@ class _Plan(BaseModel):
     model: str
     decoder_type: str
     hf_config: dict[str, Any]
+    rope: RopeSettings
     calibration: Optional[CalibrationSet]
     awq_block: Optional[int]
     inputs: dict[str, Any]
@@ -129,13 +140,13 @@ def convert(spec: ConvertSpec) -> ConvertResult:
         warnings.simplefilter("always")
         try:
             timings = _quantize_and_export(plan, spec, tmp, captured)
-        except (RuntimeError, ValueError, AssertionError, NotImplementedError, KeyError) as error:
+        except (RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError, KeyError) as error:
             tail = captured.getvalue().strip().splitlines()[-5:]
             raise StageFailedError(
                 f"ModelOpt could not convert {plan.model} to {plan.fmt.name}: {type(error).__name__}: {error}",
                 hint="Re-run with --debug for the traceback" + (f"; ModelOpt said: {' | '.join(tail)}" if tail else "."),
             ) from error
-        config = _finish_config(tmp / "config.json", plan)
+        config, fixes = _finish_config(tmp / "config.json", plan)
         manifest = build_manifest(
             stage="convert",
             inputs=plan.inputs,
@@ -155,6 +166,7 @@ def convert(spec: ConvertSpec) -> ConvertResult:
                 "quant_algo": config["quantization"].get("quant_algo"),
                 "kv_cache_quant_algo": config["quantization"].get("kv_cache_quant_algo"),
                 "decoder_type": plan.decoder_type,
+                "config_fixes": fixes,
                 "awq_block_size": plan.awq_block,
                 "calibration": plan.calibration.summary() if plan.calibration else None,
                 "timings_s": timings,
@@ -186,6 +198,10 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
     hf_dir, model = _resolve_source(spec)
     hf_config = _read_hf_config(hf_dir)
     decoder_type = _check_architecture(hf_config, hf_dir)
+    from pipeline.checkpoint_keys import preflight
+
+    rope = resolved_rope(hf_dir, hf_config)
+    preflight(_architecture_of(hf_config) or "", hf_config, rope)
     _check_parallel(hf_config, spec.tp, spec.pp)
     awq_block = None
     if "awq" in fmt.name:
@@ -215,7 +231,7 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
     ckpt_id = checkpoint_id(fmt.name, kv.name, spec.tp, spec.pp, inputs_hash)
     out = stage_dir(model, "checkpoints", ckpt_id, root=spec.root)
     return _Plan(
-        fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config,
+        fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config, rope=rope,
         calibration=calibration, awq_block=awq_block, inputs=inputs, inputs_hash=inputs_hash, ckpt_id=ckpt_id, out=out,
     )
 
@@ -269,19 +285,21 @@ def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
 
 
 def _read_hf_config(hf_dir: Path) -> dict[str, Any]:
-    path = hf_dir / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InvalidInputError(f"Cannot read {path}: {error}.", hint="Re-run `pipeline download --force`.") from None
-    if not isinstance(config, dict):
-        raise InvalidInputError(f"{path} is not a JSON object.", hint="Re-run `pipeline download --force`.")
-    return config
+    return read_json_object(hf_dir / "config.json", hint="Re-run `pipeline download --force`.")
+
+
+def _architecture_of(config: dict[str, Any]) -> Optional[str]:
+    architectures = config.get("architectures") or []
+    return architectures[0] if architectures else causal_lm_class(config.get("model_type"))
 
 
 def _check_architecture(config: dict[str, Any], hf_dir: Path) -> str:
-    architectures = config.get("architectures") or []
-    arch = architectures[0] if architectures else _causal_lm_class(config.get("model_type"))
+    arch = _architecture_of(config)
+    if arch in NOT_EXPORTABLE:
+        raise UnsupportedError(
+            f"Architecture {arch} of {hf_dir} cannot be converted here: {NOT_EXPORTABLE[arch]}.",
+            hint=f"Supported: {', '.join(SUPPORTED_ARCHITECTURES)}.",
+        )
     if arch not in SUPPORTED_ARCHITECTURES:
         shown = arch or f"(none; model_type {config.get('model_type')!r})"
         raise UnsupportedError(
@@ -289,15 +307,6 @@ def _check_architecture(config: dict[str, Any], hf_dir: Path) -> str:
             hint=f"Supported: {', '.join(SUPPORTED_ARCHITECTURES)}.",
         )
     return SUPPORTED_ARCHITECTURES[arch]
-
-
-def _causal_lm_class(model_type: Any) -> Optional[str]:
-    """The transformers causal-LM class for a model_type (configs written from GGUF lack `architectures`)."""
-    if not isinstance(model_type, str):
-        return None
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
 
 
 def _check_parallel(config: dict[str, Any], tp: int, pp: int) -> None:
@@ -395,17 +404,24 @@ def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io
     return timings
 
 
-def _finish_config(path: Path, plan: _Plan) -> dict[str, Any]:
-    """Fill what ModelOpt's export leaves out when TensorRT-LLM itself is not installed.
+def _finish_config(path: Path, plan: _Plan) -> tuple[dict[str, Any], list[str]]:
+    """Complete what ModelOpt's export leaves out or gets wrong, then check the result against what
+    TensorRT-LLM's model class reads (pipeline/data/trtllm_checkpoint_keys.tsv); (config, changes).
 
     - int4_wo: ModelOpt has no TensorRT-LLM export for per-channel INT4 weight-only, so (as
       TensorRT-LLM's quantize script does) the weights stay 16-bit and quant_algo says W4A16;
       trtllm-build quantizes them when it loads the checkpoint.
-    - rotary_base / rotary_scaling: transformers 5 moved rope_theta into `rope_parameters`, which
-      ModelOpt's manual config path does not read, so TensorRT-LLM would fall back to 10000.
     - a 16-bit format with no KV quantization has quant_algo and kv_cache_quant_algo null.
+    - the keys the HF config decides (qwen_type, rotary_base, rotary_scaling, GPT-2's learned position
+      embedding, ...) are set from it on every export path: ModelOpt's own config writer (no
+      TensorRT-LLM installed) leaves qwen_type out and gives GPT-2 RoPE; TensorRT-LLM's
+      from_hugging_face under transformers 5 falls back to rotary_base 10000 and copies
+      `rope_parameters` as rotary_scaling {"rope_type": "default"}, which TensorRT-LLM rejects.
     - an empty per-layer quant_cfg.json is removed.
+
+    A config TensorRT-LLM would still reject or read differently is refused (InvalidInputError, naming the key).
     """
+    from pipeline.checkpoint_keys import check_checkpoint_config, complete_checkpoint_config
     from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
 
     config = json.loads(path.read_text(encoding="utf-8"))
@@ -416,20 +432,11 @@ def _finish_config(path: Path, plan: _Plan) -> dict[str, Any]:
         quantization["quant_algo"] = None
     if plan.kv.kv_cache_quant_algo is None:
         quantization["kv_cache_quant_algo"] = None
-    rope = plan.hf_config.get("rope_parameters") or {}
-    theta = plan.hf_config.get("rope_theta") or rope.get("rope_theta")
-    if theta and "rotary_base" not in config:
-        config["rotary_base"] = float(theta)
-    scaling = plan.hf_config.get("rope_scaling") or (
-        {k: v for k, v in rope.items() if k != "rope_theta"} if rope.get("rope_type", "default") != "default" else None
-    )
-    if scaling and "rotary_scaling" not in config:
-        scaling = dict(scaling)
-        scaling.setdefault("type", scaling.get("rope_type"))
-        config["rotary_scaling"] = scaling
+    changes = complete_checkpoint_config(config, plan.hf_config, plan.rope)
+    check_checkpoint_config(config, plan.hf_config, plan.rope)
     write_json_atomic(path, config)
     _drop_empty_layer_config(path.parent / "quant_cfg.json")
-    return config
+    return config, changes
 
 
 def _drop_empty_layer_config(path: Path) -> None:

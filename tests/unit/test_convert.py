@@ -112,6 +112,34 @@ def test_unsupported_architecture(capsys, build_root, tmp_path, overrides, shown
     refuse(capsys, build_root, ["--model", str(folder)], shown, "not supported", "Supported: LlamaForCausalLM")
 
 
+@pytest.mark.parametrize("arch, model_type, reason", [
+    ("MixtralForCausalLM", "mixtral", "fused MoE experts"),
+    ("Gemma2ForCausalLM", "gemma2", "refuses the TensorRT-LLM checkpoint export"),
+    ("Phi3ForCausalLM", "phi3", "refuses the TensorRT-LLM checkpoint export"),
+])
+def test_architectures_modelopt_cannot_export_are_refused_with_the_reason(capsys, build_root, tmp_path, arch, model_type, reason) -> None:
+    folder = make_checkpoint(tmp_path / model_type, architectures=[arch], model_type=model_type)
+    refuse(capsys, build_root, ["--model", str(folder), "--quant", "fp8"], f"Architecture {arch}", "cannot be converted here",
+           reason, "Supported: LlamaForCausalLM")
+
+
+def test_rope_scaling_tensorrt_llm_has_no_kernel_for_is_refused_by_key(capsys, build_root, tmp_path) -> None:
+    folder = make_checkpoint(tmp_path / "odd-rope", rope_parameters={"rope_theta": 10000.0, "rope_type": "ntk-by-parts", "factor": 2.0})
+    refuse(capsys, build_root, ["--model", str(folder), "--quant", "fp8"], "rotary_scaling.type", '"ntk-by-parts"',
+           "llama3", "RotaryScalingType.from_string")
+
+
+def test_rope_base_the_two_transformers_generations_read_differently_is_refused(capsys, build_root, tmp_path) -> None:
+    folder = make_checkpoint(tmp_path / "two-bases", rope_theta=10000.0)  # rope_parameters says 100000
+    refuse(capsys, build_root, ["--model", str(folder), "--quant", "fp8"], "rope_theta 10000.0",
+           "rope_parameters.rope_theta 100000.0", "two different RoPE bases")
+
+
+def test_qwen2_without_its_model_type_cannot_get_a_qwen_type(capsys, build_root, tmp_path) -> None:
+    folder = make_checkpoint(tmp_path / "qwen-odd", architectures=["Qwen2ForCausalLM"], model_type="qwen2_5_omni")
+    refuse(capsys, build_root, ["--model", str(folder), "--quant", "fp8"], "qwen_type", '"qwen2_5_omni"', "qwen2_moe")
+
+
 def test_architecture_from_model_type_when_architectures_is_missing(build_root, tmp_path) -> None:
     # Checkpoints written from GGUF carry model_type only; llama must still be accepted.
     folder = make_checkpoint(tmp_path / "from-gguf", architectures=None)

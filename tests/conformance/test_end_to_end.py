@@ -1,0 +1,56 @@
+"""Architectures other than Llama, end to end on the CPU: convert (ModelOpt, checked against TensorRT-LLM's
+model class) -> `build --gpu cpu` from that checkpoint (the reference runtime serves its HF source with the
+checkpoint's precision simulated) -> render -> a real tritonserver -> the smoke suite.
+
+The models are the demo's weights moved into Qwen2's and Mistral's classes (`demo_as`), so the answers
+are the demo's and the smoke suite's stop-word and streaming checks have real text to work on. One
+server each, one to two minutes apiece on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.build import BuildSpec, build_engine
+from pipeline.convert import ConvertSpec, convert
+from pipeline.render import RenderSpec, render
+from pipeline.serve import ServerSpec, start_server
+from pipeline.smoke import SmokeSpec, run_smoke
+
+pytestmark = [pytest.mark.slow, pytest.mark.triton]
+
+CALIB = {"calib_size": 4, "calib_batch_size": 4, "calib_max_len": 64}
+LIMITS = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}
+# Every smoke check, with fewer tokens: simulated fp8 decodes at ~2 tokens/s on a shared 2-core CPU
+# (README, "Serving the chosen precision on the CPU"), and the full-size suite took 4 min per server.
+SMOKE = {"max_tokens": 8, "short_max_tokens": 2, "concurrency": 2}
+
+
+@pytest.mark.parametrize("architecture, quant, key, value", [
+    ("Qwen2ForCausalLM", "fp8", "qwen_type", "qwen2"),
+    ("MistralForCausalLM", "int8_sq", "rotary_base", 100000.0),
+])
+def test_convert_build_serve_smoke(architecture, quant, key, value, demo_as, session_build_root, monkeypatch) -> None:
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
+    hf_dir = demo_as(architecture)
+    checkpoint = convert(ConvertSpec(model=str(hf_dir), quant=quant, root=session_build_root, **CALIB))
+    config = json.loads((checkpoint.path / "config.json").read_text(encoding="utf-8"))
+    assert config["architecture"] == architecture and config[key] == value
+
+    built = build_engine(BuildSpec(gpu="cpu", checkpoint=checkpoint.path, **LIMITS))
+    engine_config = json.loads((built.engine_dir / "config.json").read_text(encoding="utf-8"))
+    assert engine_config["runtime"] == "reference"
+    assert json.loads((built.engine_dir / "model" / "config.json").read_text(encoding="utf-8"))["architectures"] == [architecture]
+    repo = render(RenderSpec(engine=built.engine_dir, runtime="reference")).repo
+
+    log = session_build_root / "logs" / f"{architecture}-{quant}-tritonserver.log"
+    with start_server(ServerSpec(repo=repo, log_file=log, ready_timeout_s=600, warmup=True,
+                                 extra_args=("--exit-timeout-secs=5",))) as server:
+        report = run_smoke(SmokeSpec(url=server.grpc_url, model="ensemble", **SMOKE))
+    failed = {c.name: c.detail for c in report.checks if not c.passed}
+    assert report.passed, failed
+    assert f"{quant} (KV auto) simulated with ModelOpt fake quantization" in log.read_text(encoding="utf-8")
+    greedy = next(c for c in report.checks if c.name == "greedy")
+    print(f"{architecture} {quant}: {greedy.detail}")
