@@ -45,8 +45,9 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# test-fast: every test that needs no demo model, no tritonserver and no long CPU work (markers in pyproject.toml)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit -m "not slow"
+	$(BIN)/python -m pytest -q tests -m "not model and not server and not soak and not slow"
 
 gpus: $(STAMP)
 	$(PIPE) gpus

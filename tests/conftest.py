@@ -11,8 +11,26 @@ from pathlib import Path
 
 import pytest
 
+# tests/download_fixtures.py: the tiny checkpoint, build root, HF cache and stand-in Hub fixtures, for every suite
+pytest_plugins = ("download_fixtures",)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
+
+# Resource markers follow from the fixtures a test uses (pyproject registers them): `-m "not model and
+# not server"` then deselects exactly the tests that would load the demo model or start tritonserver.
+# Tests that start a server of their own mark themselves `server`.
+_MODEL_FIXTURES = {"demo_hf_dir", "demo_engine", "demo_repo", "demo_server", "queue_server"}
+_SERVER_FIXTURES = {"demo_server", "queue_server"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & _MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+        if used & _SERVER_FIXTURES or item.get_closest_marker("triton") is not None:
+            item.add_marker(pytest.mark.server)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import pytest
 from pipeline.errors import StageFailedError
 from pipeline.serve import ServerSpec, start_server
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = pytest.mark.server  # the zero-work echo repository: no model
 
 ECHO_REPO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_repo"
 

@@ -9,7 +9,7 @@ import pytest
 from pipeline import cli
 from pipeline.smoke import SmokeSpec, run_smoke
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = pytest.mark.server
 
 
 def test_smoke_ensemble_passes(demo_server, tmp_path) -> None:

@@ -147,10 +147,10 @@ def _prepare(row: Row, request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     if "hub" in row.needs:
         request.getfixturevalue("hub_cache")
     if "gated" in row.needs:
-        from test_download import _FakeHub
+        from download_fixtures import FakeHub
 
         request.getfixturevalue("online")
-        hub = _FakeHub(error=(401, "GatedRepo")).__enter__()
+        hub = FakeHub(error=(401, "GatedRepo")).__enter__()
         closers.append(lambda: hub.__exit__(None, None, None))
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
     if "port" in row.needs:

@@ -55,6 +55,7 @@ def test_every_from_pretrained_refuses_remote_code(rel: str) -> None:
         assert value != "True", f"{rel}:{line}: trust_remote_code=True hard-coded"
 
 
+@pytest.mark.slow  # download, ModelOpt convert and build of the tiny checkpoint: ~8 s
 def test_checkpoint_code_is_never_run(tiny_ckpt: Path, tmp_path: Path, monkeypatch) -> None:
     """A checkpoint that ships Python (auto_map) is downloaded without its .py files and converted
     with the built-in architecture: the planted code never runs."""
@@ -92,7 +93,7 @@ def _grep_tree(root: Path, needle: bytes) -> list[str]:
 
 @pytest.mark.slow
 def test_planted_token_never_written(tiny_ckpt: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    from test_download import COMMIT, make_hub_cache
+    from download_fixtures import COMMIT, make_hub_cache
 
     build = tmp_path / "build"
     cache = tmp_path / "hf-cache"

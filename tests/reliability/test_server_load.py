@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = pytest.mark.server
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 QUEUE_SIZE = 2
@@ -37,6 +37,7 @@ def _soak_module():
     return module
 
 
+@pytest.mark.soak
 def test_soak_60s_concurrency_32(demo_server) -> None:
     soak = _soak_module()
     summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, server_pid=demo_server.pid,
