@@ -1,16 +1,23 @@
 """Fixtures of the conformance suite: small models of every architecture `pipeline convert` supports,
-made in the test and brought in through `pipeline download local:` (as a user's folder would be)."""
+made in the test and brought in through `pipeline download local:` (as a user's folder would be), and
+the second Python environment with TensorRT-LLM 1.1's transformers 4.57.1 + ModelOpt 0.37."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from tiny_models import TINY
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROBE = Path(__file__).resolve().parent / "trtllm11_probe.py"
+TRTLLM11_VENV = Path(os.environ.get("PIPELINE_TRTLLM11_VENV", REPO_ROOT / "build" / ".venv-trtllm-1.1"))
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -89,3 +96,27 @@ def demo_as(demo_hf_dir: Path, session_build_root: Path, tmp_path_factory: pytes
         return made[architecture]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trtllm11_python() -> Path:
+    """python of the transformers 4.57.1 + ModelOpt 0.37 environment, made by scripts/trtllm11_venv.sh
+    (cached under build/; PIPELINE_TRTLLM11_VENV puts it elsewhere)."""
+    done = subprocess.run([str(REPO_ROOT / "scripts" / "trtllm11_venv.sh"), str(TRTLLM11_VENV)],
+                          capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        pytest.fail(f"scripts/trtllm11_venv.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def probe(trtllm11_python: Path) -> Callable[..., dict[str, Any]]:
+    """probe("read", dir, texts_file) / probe("export", dir, out, layers) under transformers 4.57.1."""
+
+    def run(*args: str) -> dict[str, Any]:
+        done = subprocess.run([str(trtllm11_python), str(PROBE), *args], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    return run
