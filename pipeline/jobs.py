@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.errors import GateFailedError
+from pipeline.errors import GateFailedError, InvalidInputError
 
 
 
@@ -96,7 +96,6 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime."""
     from pipeline.build import BuildSpec, build_engine, plan_build
     from pipeline.convert import ConvertSpec, convert
-    from pipeline.download import DownloadSpec, download
     from pipeline.gpus import check_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
     from pipeline.render import RenderSpec, render
@@ -106,7 +105,7 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
     steps = _Steps(on_step)
 
     t = time.perf_counter()
-    downloaded = download(DownloadSpec(source=spec.source, root=spec.root))
+    downloaded = fetch_model(spec.source, spec.root)
     steps.record("download", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
 
     t = time.perf_counter()
@@ -148,6 +147,33 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
     repo = render(RenderSpec(engine=engine.engine_dir))
     steps.record("render", t, repo.repo, f"{len(repo.models)} models, runtime {repo.runtime}")
     return EngineJobResult(steps=steps.steps, engine_dir=engine.engine_dir, repo=repo.repo)
+
+
+class FetchedModel(BaseModel):
+    path: Path
+    model: str
+    bytes: int
+    skipped: bool
+
+
+def fetch_model(source: str, root: Path | None) -> FetchedModel:
+    """`download` of SOURCE; a folder `pipeline download` already wrote (`local:build/<model>/hf`) is used in
+    place under the model name its manifest records, not copied to a model named after the folder ("hf")."""
+    from pipeline.artifacts import is_up_to_date, read_manifest
+    from pipeline.download import DownloadSpec, download
+    from pipeline.paths import model_slug
+
+    folder = Path(source[len("local:"):] if source.startswith("local:") else source).expanduser()
+    made_by = (read_manifest(folder) or {}) if folder.is_dir() else {}
+    if made_by.get("stage") == "download" and isinstance(made_by.get("model"), str):
+        if not is_up_to_date(folder, str(made_by.get("inputs_hash"))):
+            raise InvalidInputError(f"{folder} no longer matches its manifest (a file changed or is missing).",
+                                    hint=f"Download it again: pipeline download {made_by.get('source', 'SOURCE')}")
+        files = made_by.get("files") or {}
+        return FetchedModel(path=folder.resolve(), model=model_slug(made_by["model"]), skipped=True,
+                            bytes=sum(int(meta.get("size", 0)) for meta in files.values()))
+    result = download(DownloadSpec(source=source, root=root))
+    return FetchedModel(path=result.path, model=result.model, bytes=result.bytes, skipped=result.skipped)
 
 
 def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli import run
+from pipeline.errors import InvalidInputError
 
 
 def test_engine_refuses_impossible_precision_before_any_work(tmp_path, monkeypatch, capsys):
@@ -34,3 +35,26 @@ def test_engine_dry_run_chains_download_convert_and_the_build_plan(demo_hf_dir, 
     command = result["steps"][-1]["detail"]
     assert command.startswith("trtllm-build ") and "--checkpoint_dir" in command and "/checkpoints/fp16-tp1-" in command
     assert result["repo"] is None
+    # local:build/<model>/hf names the model <model>, not "hf": the download artifact is used in place
+    root = demo_hf_dir.parents[1]
+    assert result["steps"][0]["artifact"] == str(demo_hf_dir) and result["steps"][0]["detail"] == "reused"
+    assert result["steps"][1]["artifact"].startswith(str(root / demo_hf_dir.parent.name / "checkpoints"))
+    assert not (root / "hf").exists()
+
+
+def test_a_download_folder_is_used_in_place_under_its_model_name(tiny_ckpt, build_root) -> None:
+    """`pipeline engine local:build/<model>/hf` (what a user types after `pipeline download`) names the
+    model <model>: the folder is reused, not copied to build/hf/hf."""
+    from pipeline.download import DownloadSpec, download
+    from pipeline.jobs import fetch_model
+
+    first = download(DownloadSpec(source=f"local:{tiny_ckpt}"))
+    assert first.path == build_root.resolve() / first.model / "hf"
+    for source in (f"local:{first.path}", str(first.path)):
+        fetched = fetch_model(source, None)
+        assert (fetched.model, fetched.path, fetched.skipped) == (first.model, first.path, True)
+        assert fetched.bytes == first.bytes
+    assert sorted(p.name for p in build_root.iterdir()) == [first.model]
+    (first.path / "config.json").write_text("{}")  # damaged: refused with what to do, never used
+    with pytest.raises(InvalidInputError, match="no longer matches its manifest"):
+        fetch_model(f"local:{first.path}", None)
