@@ -42,13 +42,6 @@ def make_checkpoint(folder: Path, **overrides: object) -> Path:
 
 
 @pytest.fixture()
-def build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "build"
-    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
-    return root
-
-
-@pytest.fixture()
 def smol_like(tmp_path: Path) -> Path:
     """A folder shaped like SmolLM2-135M: 9 attention heads, 3 KV heads, hidden 576."""
     return make_checkpoint(tmp_path / "smol-like")
