@@ -239,9 +239,10 @@ def engine_features(config: dict, runtime: Runtime, spec: RenderSpec) -> EngineF
 
 
 def bls_instances(spec: RenderSpec, max_batch_size: int) -> tuple[int, int]:
-    """(BLS instances, requests each instance serves at once): together at least max_batch_size."""
-    instances = spec.bls_instances or min(max_batch_size, BLS_MAX_DEFAULT_INSTANCES)
-    return instances, max(1, -(-max_batch_size // instances))
+    """(BLS instances, requests each instance serves at once). Each instance may take max_batch_size
+    requests: its execute returns at once, so Triton may hand any one instance most of the requests, and
+    a smaller per-instance cap would queue them inside it while others sit idle."""
+    return spec.bls_instances or min(max_batch_size, BLS_MAX_DEFAULT_INSTANCES), max_batch_size
 
 
 def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer: Path, build_config: dict,
@@ -383,9 +384,10 @@ def check_repository(repo: Path) -> dict[str, str]:
         checks["contract"] = f"tensorrt_llm tensors and parameter keys match {tables}"
     else:
         checks["contract"] = "skipped: reference tables not found (set PIPELINE_REFERENCE_DIR)"
-    if problems:
-        raise StageFailedError("The rendered repository failed its checks:\n  " + "\n  ".join(problems[:20]),
-                               hint="Fix the templates in model_repo_templates/ (nothing was written to the output folder).")
+    if problems:  # exit 2: what the templates would write is a repository NVIDIA's runtime rejects
+        raise InvalidInputError("The rendered repository failed its checks:\n  " + "\n  ".join(problems[:20]),
+                                hint="Fix the templates (model_repo_templates/, or PIPELINE_TEMPLATES_DIR); nothing was "
+                                "written to the output folder.")
     return checks
 
 

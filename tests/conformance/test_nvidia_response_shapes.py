@@ -180,3 +180,29 @@ def test_text_output_is_flat_as_nvidias_clients_read_it(demo_server, model: str,
             assert value is not None and value.shape == (1, 1), f"{model} {name}: {None if value is None else value.shape}"
     text = "".join(pieces)
     assert text.strip() and (streaming or text.startswith(PROMPT))
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_request_batch_answers_each_entry_with_its_batch_index(demo_server, model: str, streaming: bool) -> None:
+    """end_to_end_grpc_client.py --batch-inputs: prompts stacked into one request [B, 1]; the client
+    places each response by `batch_index[0][0]` (the C++ backend splits the batch, utils.cc:181-193)."""
+    prompts = [PROMPT, "One, two, three,"]
+    single = {}
+    for prompt in prompts:
+        [response] = stream(demo_server.grpc_url, model, {
+            "text_input": np.array([[prompt]], dtype=object), "max_tokens": np.array([[8]], dtype=np.int32),
+            "exclude_input_in_output": np.array([[True]])})
+        single[prompt] = response.as_numpy("text_output")[0].decode("utf-8")
+    responses = stream(demo_server.grpc_url, model, {
+        "text_input": np.array([[p] for p in prompts], dtype=object), "max_tokens": np.array([[8], [8]], dtype=np.int32),
+        "stream": np.array([[streaming], [streaming]]), "exclude_input_in_output": np.array([[True], [True]])},
+        outputs=["text_output", "batch_index"])
+    texts = {0: "", 1: ""}
+    for response in responses:
+        index = response.as_numpy("batch_index")
+        assert_matches(model, "batch_index", index, facts("tensorrt_llm")["batch_index"])
+        text = response.as_numpy("text_output")
+        assert_matches(model, "text_output", text, facts(model)["text_output"])
+        texts[int(index[0][0])] += text[0].decode("utf-8")
+    assert [texts[0], texts[1]] == [single[p] for p in prompts]

@@ -137,7 +137,7 @@ def test_leftover_placeholder_fails_the_check(reference_engine: Path, tmp_path: 
     repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
     config = repo / "postprocessing" / "config.pbtxt"
     config.write_text(config.read_text() + '\nparameters: { key: "x" value: { string_value: "${x}" } }\n')
-    with pytest.raises(StageFailedError, match="unrendered template text"):
+    with pytest.raises(InvalidInputError, match="unrendered template text"):
         check_repository(repo)
 
 

@@ -69,11 +69,21 @@ def _array(request, name):
     return None if tensor is None else tensor.as_numpy()
 
 
-def _scalar(request, name, cast, default=None):
+def _rows(request, name, row):
+    array = _array(request, name)
+    return None if array is None else (_row(array, row) if array.ndim == 3 else array)
+
+
+def _row(array, row):
+    """Batch entry `row` of a [B, ...] input; a one-row tensor applies to every entry."""
+    return array[min(row, array.shape[0] - 1)] if array.ndim and array.shape[0] else array
+
+
+def _scalar(request, name, cast, default=None, row=0):
     array = _array(request, name)
     if array is None or array.size == 0:
         return default
-    return cast(array.reshape(-1)[0])
+    return cast(np.asarray(_row(array, row)).reshape(-1)[0])
 
 
 class TritonPythonModel:
@@ -110,7 +120,10 @@ class TritonPythonModel:
         simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
         self.engine = ReferenceEngine(engine_dir / "model", limits,
                                       simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        self.running = {}  # Triton request id -> engine request id, for `stop` requests
+        # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse
+        # an id: a stop then cancels every running request that carries it, as the C++ backend does.
+        self.running = {}
+        self.running_lock = threading.Lock()
 
     def execute(self, requests):
         if self.decoupled:
@@ -129,56 +142,81 @@ class TritonPythonModel:
         return [holder["response"] for holder in results]
 
     def _start(self, request, sender):
+        triton_id = request.request_id()
         if _scalar(request, "stop", bool, False):
-            engine_id = self.running.get(request.request_id())
-            if engine_id is not None:
+            with self.running_lock:
+                targets = list(self.running.get(triton_id, ()))
+            for engine_id in targets:
                 self.engine.cancel(engine_id)
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
         try:
-            job, streaming, exclude_input, flags = self._parse(request)
-            if streaming and not self.decoupled:
+            input_ids = _array(request, "input_ids")
+            batch = 1 if input_ids is None or input_ids.ndim < 2 else input_ids.shape[0]
+            if batch > 1 and not self.decoupled:  # TensorRT-LLM's backend refuses it too (utils.cc:900-902)
+                raise RequestError("Batch size > 1 requires the tensorrt_llm model to use the decoupled transaction "
+                                   "policy; render with --decoupled or send one prompt per request")
+            rows = [self._parse(request, row) for row in range(batch)]
+            if rows[0][1] and not self.decoupled:
                 raise RequestError("streaming needs the decoupled transaction policy; render with --decoupled")
         except (RequestError, ValueError, TypeError) as error:
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
+        shared = _BatchSender(sender, batch)
+        for row, parsed in enumerate(rows):
+            self._submit(request, triton_id, row if batch > 1 else None, parsed, shared)
+
+    def _submit(self, request, triton_id, batch_index, parsed, sender):
+        job, streaming, exclude_input, flags = parsed
         prompt = list(job.input_ids)
         cum = {"logprob": 0.0}
+        state = {"engine_id": None, "finished": False}
 
-        triton_id = request.request_id()
+        def forget():
+            with self.running_lock:
+                state["finished"] = True
+                ids = self.running.get(triton_id)
+                if ids is not None and state["engine_id"] is not None:
+                    ids.discard(state["engine_id"])
+                    if not ids:
+                        del self.running[triton_id]
 
         def on_event(event):
-            if event.finished and triton_id:
-                self.running.pop(triton_id, None)
+            if event.finished:
+                forget()
             if event.error:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(event.error)),
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
             if streaming:
                 if event.new_tokens or event.finished:
-                    response = self._response(event, event.new_tokens, prompt, flags, cum, streaming=True)
                     final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if event.finished else 0
                     if event.new_tokens:
-                        sender.send(response, flags=final)
+                        sender.send(self._response(event, event.new_tokens, prompt, flags, cum, True, batch_index),
+                                    flags=final)
                     elif final:
                         sender.send(flags=final)
                 return
             if event.finished:
                 ids = event.tokens if exclude_input else prompt + event.tokens
-                sender.send(self._response(event, ids, prompt, flags, cum, streaming=False),
+                sender.send(self._response(event, ids, prompt, flags, cum, False, batch_index),
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
         probe = getattr(sender, "is_cancelled", None)
         try:
             engine_id = self.engine.submit(job, on_event, is_cancelled=probe)
-            if triton_id:
-                self.running[triton_id] = engine_id
         except RequestError as error:
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        if triton_id:
+            with self.running_lock:
+                state["engine_id"] = engine_id
+                if not state["finished"]:
+                    self.running.setdefault(triton_id, set()).add(engine_id)
 
-    def _parse(self, request):
+    def _parse(self, request, row=0):
         for name, neutral in UNSUPPORTED.items():
             array = _array(request, name)
             if array is None or array.size == 0:
@@ -189,42 +227,42 @@ class TritonPythonModel:
         input_ids = _array(request, "input_ids")
         if input_ids is None:
             raise RequestError("input_ids is required")
-        ids = input_ids.reshape(-1).tolist()
-        length = _scalar(request, "input_lengths", int, len(ids))
+        ids = np.asarray(_row(input_ids, row) if input_ids.ndim > 1 else input_ids).reshape(-1).tolist()
+        length = _scalar(request, "input_lengths", int, len(ids), row)
         ids = [int(t) for t in ids[:length]]
-        max_new = _scalar(request, "request_output_len", int)
+        max_new = _scalar(request, "request_output_len", int, None, row)
         if max_new is None:
             raise RequestError("request_output_len is required")
-        top_k = _scalar(request, "runtime_top_k", int, 0)
-        top_p = _scalar(request, "runtime_top_p", float, 0.0)
+        top_k = _scalar(request, "runtime_top_k", int, 0, row)
+        top_p = _scalar(request, "runtime_top_p", float, 0.0, row)
         sampling = SamplingOptions(
-            temperature=_scalar(request, "temperature", float, 1.0),
+            temperature=_scalar(request, "temperature", float, 1.0, row),
             top_k=top_k,
             top_p=top_p,
-            seed=_scalar(request, "seed", int),
-            min_tokens=_scalar(request, "min_tokens", int, 0),
-            bad_words=tuple(tuple(w) for w in from_word_list(_array(request, "bad_words_list"))),
+            seed=_scalar(request, "seed", int, None, row),
+            min_tokens=_scalar(request, "min_tokens", int, 0, row),
+            bad_words=tuple(tuple(w) for w in from_word_list(_rows(request, "bad_words_list", row))),
         )
         job = GenerationRequest(
             input_ids=ids,
             max_new_tokens=max_new,
-            end_id=_scalar(request, "end_id", int),
-            stop_words=from_word_list(_array(request, "stop_words_list")),
+            end_id=_scalar(request, "end_id", int, None, row),
+            stop_words=from_word_list(_rows(request, "stop_words_list", row)),
             sampling=sampling,
-            streaming=_scalar(request, "streaming", bool, False),
-            return_log_probs=_scalar(request, "return_log_probs", bool, False),
+            streaming=_scalar(request, "streaming", bool, False, row),
+            return_log_probs=_scalar(request, "return_log_probs", bool, False, row),
         )
         self.engine.validate(job)
-        exclude = _scalar(request, "exclude_input_in_output", bool, self.exclude_input_default)
+        exclude = _scalar(request, "exclude_input_in_output", bool, self.exclude_input_default, row)
         flags = {
             "return_log_probs": job.return_log_probs,
-            "return_perf_metrics": _scalar(request, "return_perf_metrics", bool, False),
-            "return_num_input_tokens": _scalar(request, "return_num_input_tokens", bool, False),
-            "return_num_output_tokens": _scalar(request, "return_num_output_tokens", bool, False),
+            "return_perf_metrics": _scalar(request, "return_perf_metrics", bool, False, row),
+            "return_num_input_tokens": _scalar(request, "return_num_input_tokens", bool, False, row),
+            "return_num_output_tokens": _scalar(request, "return_num_output_tokens", bool, False, row),
         }
         return job, job.streaming, exclude, flags
 
-    def _response(self, event, ids, prompt, flags, cum, streaming):
+    def _response(self, event, ids, prompt, flags, cum, streaming, batch_index=None):
         tensors = [
             pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32).reshape(1, 1, len(ids))),
             pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
@@ -246,6 +284,8 @@ class TritonPythonModel:
                                 ("total_draft_tokens", 0)):
                 tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int32)))
             tensors.append(pb_utils.Tensor("acceptance_rate", np.array([[0.0]], dtype=np.float32)))
+        if batch_index is not None:  # only for a request batch > 1, as the C++ backend does
+            tensors.append(pb_utils.Tensor("batch_index", np.array([[batch_index]], dtype=np.int32)))
         if flags["return_num_input_tokens"]:
             tensors.append(pb_utils.Tensor("num_input_tokens", np.array([[len(prompt)]], dtype=np.int32)))
         if flags["return_num_output_tokens"]:
@@ -265,6 +305,29 @@ class _TritonLogHandler(logging.Handler):
             pb_utils.Logger.log_warn(message)
         else:
             pb_utils.Logger.log_info(message)
+
+
+class _BatchSender:
+    """One response sender shared by the batch entries of a request: each entry's final response goes
+    out as an ordinary one, and the last entry to finish closes the request."""
+
+    def __init__(self, sender, entries):
+        self.sender, self.open = sender, entries
+        self.lock = threading.Lock()
+        self.is_cancelled = getattr(sender, "is_cancelled", None)
+
+    def send(self, response=None, flags=0):
+        with self.lock:
+            if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self.open -= 1
+                if self.open > 0:
+                    flags = 0
+                    if response is None:
+                        return
+            if response is None:
+                self.sender.send(flags=flags)
+            else:
+                self.sender.send(response, flags=flags)
 
 
 class _Collector:

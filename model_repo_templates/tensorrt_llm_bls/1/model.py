@@ -6,10 +6,10 @@ postprocessing model) and only the new suffix is sent, holding back a trailing i
 character, so the joined chunks equal the non-streamed text, spaces and multi-byte characters
 included. accumulate_tokens=true sends the whole text so far in each chunk instead of the suffix.
 Text models only: the multimodal inputs are declared for client compatibility and refused.
-In decoupled mode each instance serves `bls_concurrency` requests at once, each on a worker thread
-(execute returns at once and the thread sends the responses), so instances x bls_concurrency covers the
-engine's max_batch_size with a handful of stub processes. In non-decoupled mode the requests of one
-execute call run on those threads too, and execute returns when all have answered.
+In decoupled mode each instance serves up to `bls_concurrency` (the engine's max_batch_size) requests
+at once, each on a worker thread (execute returns at once and the thread sends the responses), so a
+handful of stub processes serve every batch slot. In non-decoupled mode the requests of one execute
+call run on those threads too, and execute returns when all have answered.
 """
 
 import json
@@ -148,7 +148,8 @@ class TritonPythonModel:
             model_name=self.llm_model, inputs=llm_inputs, request_id=llm_id,
             requested_output_names=["output_ids", "sequence_length", *_PASS_OUT],
         )
-        tokens, sent_text, last = [], "", None
+        # per batch entry (tensorrt_llm answers each entry of a request batch separately, with batch_index)
+        tokens, sent_text, last = {}, {}, {}
         # tensorrt_llm is rendered with the same transaction policy as this model
         responses = llm_request.exec(decoupled=True) if self.decoupled else [llm_request.exec()]
         for response in responses:
@@ -160,24 +161,38 @@ class TritonPythonModel:
             ids_tensor = pb_utils.get_output_tensor_by_name(response, "output_ids")
             if ids_tensor is None:  # the empty final flag of a decoupled stream
                 continue
+            index_tensor = pb_utils.get_output_tensor_by_name(response, "batch_index")
+            entry = int(index_tensor.as_numpy().reshape(-1)[0]) if index_tensor is not None else 0
             lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)
-            new = ids_tensor.as_numpy().reshape(-1)[: int(lengths[0])].tolist()
-            tokens.extend(new)
-            last = response
+            tokens.setdefault(entry, []).extend(ids_tensor.as_numpy().reshape(-1)[: int(lengths[0])].tolist())
+            last[entry] = response
             if not streaming:
                 continue
-            text = self._detokenize(tokens)
+            text = self._detokenize(tokens[entry])
             if text.endswith("\ufffd"):  # an incomplete character: wait for its next bytes
                 continue
-            delta = text if self.accumulate else text[len(sent_text):] if text.startswith(sent_text) else text
+            delta = self._delta(text, sent_text.get(entry, ""), mid_stream=True)
             if delta:
                 sender.send(self._text_response(delta, response))
-                sent_text = text
-        text = self._detokenize(tokens)
-        if not streaming:
-            return self._text_response(text, last)
-        rest = text if self.accumulate else text[len(sent_text):] if text.startswith(sent_text) else ""
-        return self._text_response(rest, last) if rest else None
+                sent_text[entry] = text
+        finals = []
+        for entry in sorted(tokens) or [0]:
+            text = self._detokenize(tokens.get(entry, []))
+            piece = text if not streaming else self._delta(text, sent_text.get(entry, ""))
+            if piece or not streaming:
+                finals.append(self._text_response(piece, last.get(entry)))
+        for response in finals[:-1]:  # several entries: all but the last go out here (decoupled only)
+            sender.send(response)
+        return finals[-1] if finals else None
+
+    def _delta(self, text, sent, mid_stream=False):
+        """What to send after `sent`: the new suffix (all of it with accumulate_tokens). Should the text so
+        far stop extending what was sent, a mid-stream chunk resends it whole and the final one adds nothing."""
+        if self.accumulate:
+            return text
+        if text.startswith(sent):
+            return text[len(sent):]
+        return text if mid_stream else ""
 
     def _stop(self, llm_id):
         """Cancel the running tensorrt_llm request (the `stop` input with its request id), so a client
