@@ -136,6 +136,26 @@ def _cancelled_lines(server) -> int:
     return server.log_file.read_text(errors="replace").count("ended (cancelled)")
 
 
+# Triton's log prefix: I<MMDD> <HH:MM:SS.micro> (UTC), stamped when the server logs the stub's line.
+_LOG_STAMP = re.compile(r"^[IWE](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6}) .*ended \(cancelled\)", re.M)
+
+
+def _cancelled_at(server, skip: int) -> list[float]:
+    """Unix times of the runtime's "ended (cancelled)" log lines after the first `skip` of them."""
+    import calendar
+
+    year = time.gmtime().tm_year
+    stamps = []
+    for month, day, hour, minute, second, micro in _LOG_STAMP.findall(server.log_file.read_text(errors="replace")):
+        whole = calendar.timegm((year, int(month), int(day), int(hour), int(minute), int(second), 0, 0, 0))
+        stamps.append(whole + int(micro) / 1e6)
+    return stamps[skip:]
+
+
+# README, "Cancellation": a cancelled stream's slot and KV-cache blocks are freed within this long.
+CANCEL_FREES_SLOT_S = 1.0
+
+
 def _llm_inputs(tokenizer, prompt: str, max_tokens: int) -> list:
     """A direct tensorrt_llm request (token ids in, streamed, at least max_tokens tokens)."""
     import tritonclient.grpc as grpcclient
@@ -183,14 +203,20 @@ def test_cancelled_streams_free_their_slots(demo_server, demo_engine, model: str
             events0.get(timeout=120)
         per_token = (time.monotonic() - t0) / 3
     finally:
+        cancel_sent = time.time()
         for client, _ in streams:
             client.stop_stream(cancel_requests=True)
             client.close()
     would_take = per_token * long_tokens  # the long streams would hold their slots this long
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60  # a hang guard only: the claim is checked on the log's own timestamps
     while time.monotonic() < deadline and _cancelled_lines(demo_server) < before + slots:
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert _cancelled_lines(demo_server) == before + slots, "not every cancelled stream was cancelled in the runtime"
+    freed = [stamp - cancel_sent for stamp in _cancelled_at(demo_server, before)]
+    print(f"{model}: {slots} cancelled streams freed their slots {min(freed):.3f}-{max(freed):.3f} s after the "
+          f"first cancel was sent ({per_token * 1000:.0f} ms per decode step with {slots} busy slots)")
+    assert len(freed) == slots and min(freed) > -0.01, freed  # the log's clock is this machine's
+    assert max(freed) < CANCEL_FREES_SLOT_S, f"slots freed {max(freed):.2f} s after the cancel (README: < 1 s)"
     started = time.monotonic()
     answers = [None] * slots
 
