@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A second virtual environment with TensorRT-LLM 1.1's transformers 4.57.1 and ModelOpt 0.37
 # (tests/conformance/trtllm-1.1-requirements.txt), for the tests that read our artifacts under both
-# transformers generations. Idempotent: a stamp named after the requirements' hash marks a finished
+# transformers generations. Idempotent: a stamp named after the pins' hash marks a finished
 # install; concurrent callers wait on a lock. About 75 s with a warm pip cache.
 #
 #   scripts/trtllm11_venv.sh [DIR]        (default build/.venv-trtllm-1.1; prints DIR/bin/python)
@@ -10,7 +10,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/build/.venv-trtllm-1.1}"
 req="$root/tests/conformance/trtllm-1.1-requirements.txt"
 python="${PYTHON:-python3}"
-stamp="$dir/.installed-$(sha256sum "$req" | cut -c1-12)"
+stamp="$dir/.installed-$(grep -v '^#' "$req" | sha256sum | cut -c1-12)"  # the pins, not the comments
 mkdir -p "$(dirname "$dir")"
 exec 9>"$dir.lock"
 flock 9
