@@ -89,8 +89,9 @@ def queue_server(demo_engine: Path, session_build_root: Path):
 
     repo = render(RenderSpec(engine=demo_engine, runtime="reference", out=session_build_root / "reliability" / "queue-repo",
                              max_queue_size=QUEUE_SIZE, queue_timeout_us=QUEUE_TIMEOUT_US, bls_instances=1)).repo
+    # the burst's cancelled ensemble streams stay in flight (README, "Cancellation"): a 5 s exit timeout, not 30
     spec = ServerSpec(repo=repo, log_file=session_build_root / "logs" / "queue-tritonserver.log", ready_timeout_s=600,
-                      warmup=True)
+                      warmup=True, exit_timeout_s=5)
     with start_server(spec) as server:
         yield server
 
