@@ -1,5 +1,6 @@
 """render: an engine folder -> a Triton model repository (preprocessing, tensorrt_llm, postprocessing,
-ensemble, tensorrt_llm_bls) from the Jinja templates in model_repo_templates/.
+ensemble, tensorrt_llm_bls) from the Jinja templates in model_repo_templates/ (installed as the package
+pipeline.model_repo_templates; $PIPELINE_TEMPLATES_DIR overrides it).
 
 Values the engine fixes (max_batch_size, beam width, tokenizer) come from the engine folder's
 config.json; operators choose the rest (RenderSpec). The repository is written to a temporary folder,
@@ -9,12 +10,14 @@ checked there, and renamed into place only when every check passed:
   - no `${`, `{{` or `{%` survives anywhere in the repository;
   - every ensemble step maps only tensors its model declares, and every tensor it reads is produced;
   - the tensorrt_llm model's tensors and parameter keys match the pinned release's reference tables
-    (../shared/reference/ or $PIPELINE_REFERENCE_DIR) when they are available.
+    (pipeline/data/reference/, copied from shared/reference/; $PIPELINE_REFERENCE_DIR overrides them);
+    missing tables are an error, never a skipped check.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.resources
 import json
 import os
 import shutil
@@ -24,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.artifacts import atomic_dir, build_manifest, folder_hash, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_file, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.paths import build_root, safe_name
 from pipeline.profiles import check_engine_compatible
@@ -52,6 +55,7 @@ UNSET_PARAMETER_KEYS = (
     "lookahead_verification_set_size", "medusa_choices", "eagle_choices",
 )
 _LEFTOVER_MARKERS = ("${", "{{", "{%")
+REFERENCE_TABLES = ("triton_trtllm_model_io.tsv", "triton_trtllm_parameters.tsv", "triton_trtllm_required_parameters.tsv")
 
 
 class RenderSpec(BaseModel):
@@ -98,19 +102,48 @@ class RenderResult(BaseModel):
     duration_s: float
 
 
+def _package_folder(package: str, what: str, override: str) -> Path:
+    try:
+        folder = importlib.resources.files(package)
+    except ModuleNotFoundError as error:
+        raise StageFailedError(f"The installed pipeline has no {what} (package {package} is missing).",
+                               hint=f"Reinstall the pipeline (`make install`, or `pip install .`), or set {override}.") from error
+    if not isinstance(folder, Path):
+        raise StageFailedError(f"The {what} of the installed pipeline are not on the filesystem ({folder}).",
+                               hint=f"Install the pipeline unzipped (pip does), or set {override}.")
+    return folder
+
+
 def templates_dir() -> Path:
+    """$PIPELINE_TEMPLATES_DIR, else the installed package pipeline.model_repo_templates (a checkout's
+    model_repo_templates/ through the editable install)."""
     override = os.environ.get("PIPELINE_TEMPLATES_DIR")
-    path = Path(override) if override else Path(__file__).resolve().parents[1] / "model_repo_templates"
+    path = Path(override) if override else _package_folder("pipeline.model_repo_templates", "model repository templates",
+                                                           "PIPELINE_TEMPLATES_DIR")
     if not (path / "ensemble" / "config.pbtxt.j2").is_file():
         raise StageFailedError(f"Model repository templates not found in {path}.",
-                               hint="Run from the project checkout or set PIPELINE_TEMPLATES_DIR.")
+                               hint="Reinstall the pipeline, or point PIPELINE_TEMPLATES_DIR at a model_repo_templates/ folder.")
     return path
 
 
-def reference_tables_dir() -> Path | None:
+def reference_tables_dir() -> Path:
+    """$PIPELINE_REFERENCE_DIR, else the tables shipped in the package (pipeline/data/reference/).
+    Every table of REFERENCE_TABLES must be there: a check without its facts is an error, not a skip."""
     override = os.environ.get("PIPELINE_REFERENCE_DIR")
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "reference"
-    return path if (path / "triton_trtllm_model_io.tsv").is_file() else None
+    path = Path(override) if override else _package_folder("pipeline.data", "contract tables", "PIPELINE_REFERENCE_DIR") / "reference"
+    missing = [name for name in REFERENCE_TABLES if not (path / name).is_file()]
+    if missing:
+        raise StageFailedError(f"The contract tables render checks against are missing from {path}: {', '.join(missing)}.",
+                               hint="Reinstall the pipeline (they ship in pipeline/data/reference/), or point "
+                               "PIPELINE_REFERENCE_DIR at a folder with them (the project's shared/reference/).")
+    return path
+
+
+def templates_hash(templates: Path) -> str:
+    """Names and contents of the template files (bytecode caches and the package marker left out)."""
+    return sha256_json({path.relative_to(templates).as_posix(): sha256_file(path)
+                        for path in sorted(templates.rglob("*"))
+                        if path.is_file() and "__pycache__" not in path.parts and path.name != "__init__.py"})
 
 
 def read_engine_config(engine: Path) -> dict:
@@ -166,7 +199,7 @@ def render(spec: RenderSpec) -> RenderResult:
         "spec": spec.model_dump(mode="json"),
         "runtime": runtime,
         "engine_config": sha256_json(config),
-        "templates": folder_hash(templates),
+        "templates": templates_hash(templates),
         "context": context,
     }
     inputs_hash = sha256_json(inputs)
@@ -379,11 +412,9 @@ def check_repository(repo: Path) -> dict[str, str]:
         problems += ensemble_problems(configs)
         checks["ensemble"] = "every step maps declared tensors; every read tensor is produced"
     tables = reference_tables_dir()
-    if tables is not None and "tensorrt_llm" in configs:
+    if "tensorrt_llm" in configs:
         problems += contract_problems(configs["tensorrt_llm"], tables)
-        checks["contract"] = f"tensorrt_llm tensors and parameter keys match {tables}"
-    else:
-        checks["contract"] = "skipped: reference tables not found (set PIPELINE_REFERENCE_DIR)"
+    checks["contract"] = f"tensorrt_llm tensors and parameter keys match {tables}"
     if problems:  # exit 2: what the templates would write is a repository NVIDIA's runtime rejects
         raise InvalidInputError("The rendered repository failed its checks:\n  " + "\n  ".join(problems[:20]),
                                 hint="Fix the templates (model_repo_templates/, or PIPELINE_TEMPLATES_DIR); nothing was "
