@@ -174,7 +174,10 @@ def build_manifest(
     started: float,
     packages: tuple[str, ...] = (),
     extra: Mapping[str, Any] | None = None,
+    files: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The manifest of an artifact folder; `files` (default: file_inventory(folder)) lets a stage reuse
+    hashes it already knows."""
     return {
         "stage": stage,
         "inputs": dict(inputs),
@@ -184,9 +187,22 @@ def build_manifest(
         "created_unix": time.time(),
         "duration_s": round(time.time() - started, 3),
         **(dict(extra) if extra else {}),
-        "files": file_inventory(folder),
+        "files": dict(files) if files is not None else file_inventory(folder),
         "mtimes_ns": file_mtimes(folder),
     }
+
+
+def link_or_copy(source: Path, target: Path) -> str:
+    """Hard-link source to target (replacing target), or copy it when the two are on different
+    filesystems or links are not allowed; returns "linked" or "copied"."""
+    if target.exists() or target.is_symlink():
+        target.unlink()
+    try:
+        os.link(source, target)
+        return "linked"
+    except OSError:
+        shutil.copy2(source, target)
+        return "copied"
 
 
 @contextmanager

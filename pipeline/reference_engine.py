@@ -14,11 +14,10 @@ out the files, so the build stage and the tests produce the same folder.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipeline.artifacts import link_or_copy
 from pipeline.errors import InvalidInputError
 
 REFERENCE_RUNTIME = "reference"
@@ -95,9 +94,9 @@ def write_reference_engine_dir(
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
     for source in sorted(hf_dir.iterdir()):
         if source.is_file() and source.name.endswith(_WEIGHT_SUFFIXES) and source.name != "manifest.json":
-            _link_or_copy(source, model_dir / source.name)
+            link_or_copy(source, model_dir / source.name)
         if source.is_file() and source.name in TOKENIZER_FILES:
-            _link_or_copy(source, tokenizer_dir / source.name)
+            link_or_copy(source, tokenizer_dir / source.name)
     if not (tokenizer_dir / "tokenizer.json").is_file() and not (tokenizer_dir / "tokenizer.model").is_file():
         raise InvalidInputError(
             f"{hf_dir} has no tokenizer (tokenizer.json or tokenizer.model).",
@@ -123,11 +122,3 @@ def write_reference_engine_dir(
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    if target.exists():
-        target.unlink()
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)

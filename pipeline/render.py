@@ -2,6 +2,9 @@
 ensemble, tensorrt_llm_bls) from the Jinja templates in model_repo_templates/ (installed as the package
 pipeline.model_repo_templates; $PIPELINE_TEMPLATES_DIR overrides it).
 
+The repository is a bundle (pipeline/bundle.py): it holds the engine and the tokenizer too, and every
+path in its configs starts with its model root (`--model-root`, default: the folder itself).
+
 Values the engine fixes (max_batch_size, beam width, tokenizer) come from the engine folder's
 config.json; operators choose the rest (RenderSpec). The repository is written to a temporary folder,
 checked there, and renamed into place only when every check passed:
@@ -11,7 +14,8 @@ checked there, and renamed into place only when every check passed:
   - every ensemble step maps only tensors its model declares, and every tensor it reads is produced;
   - the tensorrt_llm model's tensors and parameter keys match the pinned release's reference tables
     (pipeline/data/reference/, copied from shared/reference/; $PIPELINE_REFERENCE_DIR overrides them);
-    missing tables are an error, never a skipped check.
+    missing tables are an error, never a skipped check;
+  - every path in every config lies under the model root and names a file of the bundle.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline import bundle
 from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_file, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.paths import build_root, safe_name
@@ -65,6 +70,7 @@ class RenderSpec(BaseModel):
 
     engine: Path = Field(description="engine folder (trtllm-build output or reference runtime folder)")
     tokenizer: Path | None = Field(None, description="tokenizer folder (default: <engine>/tokenizer)")
+    model_root: Path | None = Field(None, description="absolute path of the bundle where it is served (default: out)")
     runtime: Runtime | None = Field(None, description="default: the engine's config.json 'runtime', else tensorrtllm")
     out: Path | None = Field(None, description="default: build/<model>/triton/<profile-id>/")
     decoupled: bool = True
@@ -100,6 +106,8 @@ class RenderResult(BaseModel):
     notes: list[str] = []
     reused: bool
     duration_s: float
+    model_root: Path
+    bundle: dict
 
 
 def _package_folder(package: str, what: str, override: str) -> Path:
@@ -189,31 +197,48 @@ def render(spec: RenderSpec) -> RenderResult:
     if runtime == "reference" and not (engine / "model" / "config.json").is_file():
         raise InvalidInputError(f"{engine}/model/ holds no HF checkpoint.", hint="Rebuild with `pipeline build --gpu cpu`.")
     tokenizer = Path(spec.tokenizer).resolve() if spec.tokenizer else engine / "tokenizer"
-    if not tokenizer.is_dir() or not any(tokenizer.glob("tokenizer*")):
-        raise InvalidInputError(f"No tokenizer in {tokenizer}.", hint="Pass --tokenizer DIR (the HF checkpoint folder).")
+    if not tokenizer.is_dir() or not any(p.name.startswith("tokenizer") for p in bundle.tokenizer_files(tokenizer)):
+        raise InvalidInputError(
+            f"No tokenizer in {tokenizer}.",
+            hint="Engines from `pipeline build` carry theirs in <engine>/tokenizer/; for an engine built elsewhere "
+            "pass --tokenizer DIR (the HF checkpoint folder).")
     out = Path(spec.out).resolve() if spec.out else default_out_dir(engine)
+    root = bundle.model_root(spec.model_root, out)
+    outside_tokenizer = tokenizer if spec.tokenizer else None
+    bundle.check_out(out, engine, outside_tokenizer)
     templates = templates_dir()
     features = engine_features(config, runtime, spec)
-    context = template_context(spec, runtime, engine, tokenizer, build_config, features)
+    context = template_context(spec, runtime, bundle.engine_path(root), bundle.tokenizer_path(root), build_config, features)
     inputs = {
-        "spec": spec.model_dump(mode="json"),
+        "spec": spec.model_dump(mode="json", exclude={"force"}),
         "runtime": runtime,
         "engine_config": sha256_json(config),
+        "engine": bundle.tree_identity(engine),
+        "tokenizer": bundle.tree_identity(outside_tokenizer, bundle.tokenizer_files(outside_tokenizer))
+        if outside_tokenizer else None,
         "templates": templates_hash(templates),
         "context": context,
+        "model_root": str(root),
     }
     inputs_hash = sha256_json(inputs)
     if not spec.force and is_up_to_date(out, inputs_hash):
         return _result(out, runtime, context, engine, tokenizer, {"reused": "same inputs as the existing repository"},
-                       True, started, features.notes)
+                       True, started, features.notes, root, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
         checks = check_repository(tmp)
-        manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine)}
+        stats = bundle.add_engine(tmp, engine, outside_tokenizer)
+        problems = bundle.path_problems(tmp, root)
+        if problems:
+            raise StageFailedError("The rendered bundle is not self-contained:\n  " + "\n  ".join(problems),
+                                   hint="A template names a path outside the bundle; fix it in model_repo_templates/.")
+        checks["paths"] = f"every path in every config is under {root} and in the bundle"
+        summary = bundle.describe(root, stats)
+        manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary}
         write_json_atomic(tmp / "manifest.json", build_manifest(
             stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
-            packages=("jinja2", "tritonclient"), extra=manifest_extra))
-    return _result(out, runtime, context, engine, tokenizer, checks, False, started, features.notes)
+            packages=("jinja2", "tritonclient"), extra=manifest_extra, files=bundle.bundle_files(tmp, engine)))
+    return _result(out, runtime, context, engine, tokenizer, checks, False, started, features.notes, root, summary)
 
 
 class EngineFeatures(BaseModel):
@@ -521,9 +546,9 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _result(out, runtime, context, engine, tokenizer, checks, reused, started, notes) -> RenderResult:
+def _result(out, runtime, context, engine, tokenizer, checks, reused, started, notes, root, summary) -> RenderResult:
     return RenderResult(
         repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
         engine=engine, tokenizer=tokenizer, checks=checks, notes=notes, reused=reused,
-        duration_s=round(time.time() - started, 3),
+        duration_s=round(time.time() - started, 3), model_root=root, bundle=summary,
     )

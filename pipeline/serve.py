@@ -369,6 +369,9 @@ def check_repo(spec: ServerSpec) -> None:
     if not models:
         raise InvalidInputError(f"{repo} holds no model folder with a config.pbtxt.",
                                 hint="Pass the repository root (the folder that contains ensemble/, tensorrt_llm/, ...).")
+    from pipeline.bundle import check_location
+
+    check_location(repo)  # a bundle's configs name files under the root it was rendered for
     if spec.world_size > 1:
         config = repo / "tensorrt_llm" / "config.pbtxt"
         backend = _backend_of(config) if config.is_file() else None

@@ -87,10 +87,27 @@ def demo_engine(demo_hf_dir: Path, session_build_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_repo(demo_engine: Path) -> Path:
+def relocated_bundle(demo_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The demo deployment as it ships: rendered in a build/ of its own for a model root elsewhere, moved
+    there, and that build/ deleted. Every test that talks to `demo_server` is served from it."""
+    import os
+    import shutil
+
     from pipeline.render import RenderSpec, render
 
-    return render(RenderSpec(engine=demo_engine, runtime="reference")).repo
+    build = tmp_path_factory.mktemp("bundle-build") / "build"
+    engine = build / "smollm2-demo" / "engines" / demo_engine.name
+    shutil.copytree(demo_engine, engine, copy_function=os.link)  # an engine folder of its own (hard links)
+    root = tmp_path_factory.mktemp("served") / "smollm2-demo"
+    rendered = render(RenderSpec(engine=engine, runtime="reference", model_root=root))
+    shutil.move(str(rendered.repo), str(root))
+    shutil.rmtree(build)
+    return {"root": root, "rendered_at": rendered.repo, "build": build}
+
+
+@pytest.fixture(scope="session")
+def demo_repo(relocated_bundle: dict[str, Path]) -> Path:
+    return relocated_bundle["root"]
 
 
 @pytest.fixture(scope="session")

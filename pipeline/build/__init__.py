@@ -73,6 +73,7 @@ class BuildPlan(BaseModel):
     memory: MemoryEstimate
     inputs_hash: str
     notes: list[str] = []
+    tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
 
 
 class BuildResult(BaseModel):
@@ -190,6 +191,10 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
     )
     engine_dir = stage_dir(ckpt.model, "engines", profile.id)
     block = spec.tokens_per_block or 32
+    tokenizer = _tokenizer_source(ckpt)
+    if tokenizer is None and not gpu.is_cpu and ckpt.kind == "trtllm":
+        notes.append(f"no tokenizer: {ckpt.path} does not say which HF folder it came from, so the engine folder "
+                     "will have no tokenizer/ and `pipeline render` will need --tokenizer DIR")
     # an HF folder can only be planned: the command names where `pipeline convert` will write
     source = ckpt.path if ckpt.kind == "trtllm" else stage_dir(ckpt.model, "checkpoints") / "<checkpoint-id>"
     command = [] if gpu.is_cpu else trtllm_build_command(source, engine_dir, flags)
@@ -198,6 +203,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
         "checkpoint": {"kind": ckpt.kind, "revision": ckpt.revision},
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
+        "tokenizer": bool(tokenizer),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
@@ -206,7 +212,26 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
+        tokenizer=tokenizer,
     )
+
+
+def _tokenizer_source(ckpt: CheckpointInfo) -> Path | None:
+    """The HF folder whose tokenizer files the engine folder keeps (None when none is known)."""
+    from pipeline.bundle import tokenizer_files
+
+    return ckpt.hf_dir if ckpt.hf_dir is not None and tokenizer_files(ckpt.hf_dir) else None
+
+
+def copy_tokenizer(source: Path, engine_dir: Path) -> None:
+    """<engine>/tokenizer/: the tokenizer files of the HF source, hard-linked where possible."""
+    from pipeline.artifacts import link_or_copy
+    from pipeline.bundle import tokenizer_files
+
+    target = engine_dir / "tokenizer"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in tokenizer_files(source):
+        link_or_copy(path, target / path.name)
 
 
 def _cached(engine_dir: Path, inputs_hash: str) -> bool:
@@ -223,6 +248,7 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "gpu": plan.gpu,
         "versions": {"trtllm": TRTLLM_VERSION, "tensorrt": TENSORRT_VERSION, "triton_image": TRITON_IMAGE},
         "checkpoint": {"path": str(plan.checkpoint), "kind": plan.checkpoint_kind, "revision": plan.profile.model_revision},
+        "tokenizer": str(plan.tokenizer) if plan.tokenizer else None,
         "limits": plan.limits.model_dump(),
         "flags": [f.model_dump() for f in plan.flags],
         "command": plan.command,
@@ -291,6 +317,8 @@ def _build_trtllm(plan: BuildPlan, started: float) -> BuildResult:
                                    hint="Check the log; the TensorRT-LLM version in this environment may differ from "
                                    f"the pinned {TRTLLM_VERSION}.")
         shutil.move(str(log_path), tmp / BUILD_LOG)
+        if plan.tokenizer is not None:
+            copy_tokenizer(plan.tokenizer, tmp)
         timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}
         manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
                                   inputs_hash=plan.inputs_hash, folder=tmp, started=started,

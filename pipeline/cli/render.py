@@ -13,6 +13,8 @@ from pipeline.render import RenderSpec, render as render_repo
 
 EngineOpt = Annotated[Path, typer.Option("--engine", help="Engine folder (build/<model>/engines/<profile-id>/).")]
 TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: <engine>/tokenizer).")]
+ModelRootOpt = Annotated[Optional[Path], typer.Option(
+    "--model-root", help="Absolute path the bundle will have where it is served, e.g. /models (default: --out itself).")]
 RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="tensorrtllm or reference (default: from the engine folder).")]
 DecoupledOpt = Annotated[bool, typer.Option("--decoupled/--no-decoupled", help="Decoupled transaction policy (needed for streaming).")]
 BatchingOpt = Annotated[str, typer.Option("--batching-strategy", help="inflight_fused_batching, inflight_batching or V1.")]
@@ -43,6 +45,7 @@ def render(
     tokenizer: TokenizerOpt = None,
     runtime: RuntimeOpt = None,
     out: OutDirOpt = None,
+    model_root: ModelRootOpt = None,
     decoupled: DecoupledOpt = True,
     batching_strategy: BatchingOpt = "inflight_fused_batching",
     batch_scheduler_policy: SchedulerOpt = "guaranteed_no_evict",
@@ -60,10 +63,10 @@ def render(
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Render the Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS) for an engine."""
+    """Render the Triton model repository for an engine: a self-contained bundle (five models, engine, tokenizer)."""
     set_json(json_output)
     spec = spec_from_options(
-        RenderSpec, engine=engine, tokenizer=tokenizer, runtime=runtime, out=out, decoupled=decoupled,
+        RenderSpec, engine=engine, tokenizer=tokenizer, runtime=runtime, out=out, model_root=model_root, decoupled=decoupled,
         batching_strategy=batching_strategy, batch_scheduler_policy=batch_scheduler_policy,
         kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache, enable_kv_cache_reuse=enable_kv_cache_reuse,
@@ -72,8 +75,9 @@ def render(
         instances=instances, bls_instances=bls_instances, logits_dtype=logits_dtype, force=force,
     )
     result = render_repo(spec)
-    rows = [["repository", result.repo], ["runtime", result.runtime], ["max_batch_size", result.max_batch_size],
-            ["models", ", ".join(result.models)], ["reused", result.reused]]
+    rows = [["repository", result.repo], ["model root", result.model_root], ["runtime", result.runtime],
+            ["max_batch_size", result.max_batch_size], ["models", ", ".join(result.models)], ["reused", result.reused],
+            ["engine files", f"{result.bundle.get('linked_files', 0)} hard-linked, {result.bundle.get('copied_files', 0)} copied"]]
     rows += [[f"check: {name}", detail] for name, detail in result.checks.items()]
     rows += [["note", note] for note in result.notes]
     OUT.result(result, table=simple_table("Triton model repository", ["what", "value"], rows))

@@ -123,3 +123,24 @@ def test_successful_build_runs_the_planned_command_and_caches(env):
     os.remove(env["argv"])
     again = build_engine(spec)
     assert again.cached and not env["argv"].exists()  # the tool did not run again
+
+
+def test_engine_folder_keeps_the_tokenizer_of_its_hf_source(env):
+    """build/<model>/hf beside the checkpoint is its source: its tokenizer files (not its weights) go into
+    <engine>/tokenizer/, so `pipeline render` needs no --tokenizer; without a known source the plan says so."""
+    install_stand_in(env["tools"])
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp1-x")
+    bare = build_engine(BuildSpec(checkpoint=ckpt, gpu="h100", goal="latency"))
+    assert bare.plan.tokenizer is None and any("--tokenizer" in note for note in bare.plan.notes)
+    assert not (bare.engine_dir / "tokenizer").exists()
+    hf = env["root"] / "llama" / "hf"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    (hf / "tokenizer.json").write_text('{"version": "1.0"}')
+    (hf / "tokenizer_config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"\0" * 64)
+    result = build_engine(BuildSpec(checkpoint=ckpt, gpu="h100", goal="latency"))
+    assert not result.cached  # the tokenizer is part of what the engine folder holds: rebuilt
+    assert sorted(p.name for p in (result.engine_dir / "tokenizer").iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    manifest = json.loads((result.engine_dir / "manifest.json").read_text())
+    assert manifest["tokenizer"] == str(hf.resolve()) and "tokenizer/tokenizer.json" in manifest["files"]

@@ -73,9 +73,11 @@ def test_reference_repository_parses_and_uses_the_python_backend(reference_engin
     assert {c.max_batch_size for c in configs.values()} == {4}  # from the engine, not the user
     assert (result.repo / "tensorrt_llm" / "1" / "model.py").is_file()
     assert configs["tensorrt_llm_bls"].instance_group[0].count == 4
-    assert _param(configs["tensorrt_llm"], "gpt_model_path") == str(reference_engine)
-    assert _param(configs["preprocessing"], "tokenizer_dir") == str(reference_engine / "tokenizer")
-    assert set(result.checks) == {"protobuf", "placeholders", "ensemble", "contract"}
+    # a bundle: the engine and tokenizer live inside the repository, and the configs say so
+    assert _param(configs["tensorrt_llm"], "gpt_model_path") == str(result.repo / "tensorrt_llm" / "1")
+    assert _param(configs["preprocessing"], "tokenizer_dir") == str(result.repo / "tensorrt_llm" / "1" / "tokenizer")
+    assert (result.repo / "tensorrt_llm" / "1" / "model" / "model.safetensors").is_file()
+    assert set(result.checks) == {"protobuf", "placeholders", "ensemble", "contract", "paths"}
 
 
 def test_tensorrtllm_repository_uses_the_cpp_backend(trtllm_engine: Path, tmp_path: Path) -> None:
