@@ -5,7 +5,10 @@ spinning threads on 2 CPUs' worth of time).
 - affinity: `os.sched_getaffinity(0)` (taskset, cpuset cgroups, Kubernetes' static CPU manager);
 - quota: cgroup v2 `cpu.max` ("max 100000" or "200000 100000") or cgroup v1 `cpu.cfs_quota_us` /
   `cpu.cfs_period_us` (-1: none) of this process's cgroup and each of its ancestors (the smallest wins;
-  Kubernetes CPU limits and `docker run --cpus` set these).
+  Kubernetes CPU limits and `docker run --cpus` set these);
+- $PIPELINE_CPU_LIMIT: whole CPUs, set in pods that `pipeline k8s render` writes from the container's
+  CPU limit through the downward API (resourceFieldRef limits.cpu), for when the cgroup files are not
+  readable in the container.
 """
 
 from __future__ import annotations
@@ -107,9 +110,17 @@ def cpu_budget(proc_cgroup: Path = PROC_CGROUP, cgroup_root: Path = CGROUP_ROOT)
     return CpuBudget(affinity=_affinity(), quota=quota, source=source)
 
 
+def env_cpu_limit() -> int | None:
+    """$PIPELINE_CPU_LIMIT as whole CPUs (the downward API rounds limits.cpu up), None when unset."""
+    value = os.environ.get("PIPELINE_CPU_LIMIT", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def available_cpus() -> int:
-    """Whole CPUs this process can use at once (affinity capped by the cgroup quota, at least 1)."""
-    return cpu_budget().cpus
+    """Whole CPUs this process can use at once (affinity capped by the cgroup quota and
+    $PIPELINE_CPU_LIMIT, at least 1)."""
+    cpus, limit = cpu_budget().cpus, env_cpu_limit()
+    return min(cpus, limit) if limit else cpus
 
 
 def reference_threads() -> int:

@@ -13,7 +13,14 @@ Shape:
   per node; the leader runs mpirun across the group, reaching the workers through `kubectl exec`
   as MPI's remote agent (the pattern of NVIDIA's multi-node Triton tutorial).
 - the reference runtime (gpu `cpu`) renders too: no GPU resources, node affinity or toleration;
-  its image must carry the pipeline's Python dependencies (pass --image).
+  its image must carry the pipeline's Python dependencies (pass --image). Its container has a CPU
+  limit, passed to the runtime as PIPELINE_CPU_LIMIT (downward API) to size its torch threads.
+- the model store holds a bundle rendered for /models (pipeline/bundle.py; rendered or reused here
+  at build/<model>/bundles/<profile-id>/, or --bundle DIR): every path in its configs starts with
+  /models, where every store puts it. Getting it there is generated too: a Dockerfile (FROM the
+  pinned Triton image, the bundle at /models; the image store, and the PVC fill Job's source), a Job
+  that fills the claim (pvc, with --bundle-image), an init container that syncs the S3 prefix (s3).
+  Pods of the pvc and s3 stores start Triton only once /models/manifest.json names the bundle.
 """
 
 from __future__ import annotations
@@ -97,6 +104,9 @@ class K8sSpec(BaseModel):
     s3_uri: str | None = None
     s3_secret: str = "model-store-s3"
     image: str | None = None
+    bundle: Path | None = Field(None, description="a bundle rendered with --model-root /models (default: render one)")
+    bundle_image: str | None = Field(None, description="pvc: the image built from the generated Dockerfile; a Job copies it into the claim")
+    base_image: str | None = Field(None, description="FROM of the generated Dockerfile (default: the pinned Triton image)")
     hf_token_secret: str = "hf-token"
     gpus_per_node: int = Field(8, ge=1, le=64)
     queue_ratio_target: float = Field(1.0, gt=0, description="HPA target: Triton queue time per unit of compute time")
@@ -126,6 +136,13 @@ class K8sSpec(BaseModel):
                                     hint=f"Build FROM {TRITON_IMAGE} and COPY the rendered repository to /models.")
         if self.pvc_name and self.model_store != "pvc":
             raise InvalidInputError("--pvc-name is only used with --model-store pvc.", hint="Drop --pvc-name or use --model-store pvc.")
+        if self.bundle_image and self.model_store != "pvc":
+            raise InvalidInputError("--bundle-image is only used with --model-store pvc (the Job that fills the claim).",
+                                    hint="With --model-store image, --image is the image built from the generated Dockerfile.")
+        for what, value in (("--image", self.image), ("--bundle-image", self.bundle_image), ("--base-image", self.base_image)):
+            if value is not None and not _IMAGE_REF.match(value):
+                raise InvalidInputError(f"{what} {value!r} is not an image reference.",
+                                        hint="e.g. registry.example.com/team/llm-models:2026-12-01")
         low, high = self.hpa_bounds
         if not low <= self.replicas <= high:
             raise InvalidInputError(
@@ -144,6 +161,7 @@ class K8sSpec(BaseModel):
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*[a-zA-Z0-9_]$")
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,8 @@ class K8sResult:
     skipped: bool
     validated_with: str
     notes: tuple[str, ...] = ()
+    bundle_dir: Path | None = None
+    next_steps: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,6 +282,7 @@ class _Ctx:
     layout: Layout
     name: str
     engine_bytes: int
+    bundle_hash: str = ""
 
     @property
     def ns(self) -> str:
@@ -373,6 +394,9 @@ def _env(ctx: _Ctx) -> list[dict[str, Any]]:
     ]
     if ctx.lws:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    if ctx.cpu:  # the reference runtime sizes its torch threads from this, not from the node's cores
+        env.append({"name": "PIPELINE_CPU_LIMIT", "valueFrom": {"resourceFieldRef": {
+            "containerName": "triton", "resource": "limits.cpu", "divisor": "1"}}})
     return env
 
 
@@ -396,8 +420,42 @@ def _volumes(ctx: _Ctx, sizing: dict[str, Any]) -> tuple[list[dict[str, Any]], l
     return volumes, mounts
 
 
+# A bundle is complete where its manifest.json names it: the fill Job copies that file last.
+_HAS_BUNDLE = 'grep -q "\\"inputs_hash\\": \\"$3\\"" "$2/manifest.json" 2>/dev/null'
+_SYNC_SH = f"""\
+aws s3 sync --only-show-errors --no-progress "$1" "$2"
+if ! {_HAS_BUNDLE}; then
+  echo "$1 does not hold bundle $3 (upload it with: aws s3 sync <bundle dir> $1 --delete)" >&2
+  exit 1
+fi
+"""
+_WAIT_SH = f"""\
+until {_HAS_BUNDLE}; do
+  echo "waiting for bundle $3 in $2 (the fill Job copies it; see the k8s folder's DEPLOY.md)"
+  sleep 10
+done
+"""
+_FILL_SH = f"""\
+set -eu
+if {_HAS_BUNDLE}; then
+  echo "bundle $3 is already in the claim"
+  exit 0
+fi
+rm -f "$2/manifest.json"
+find "$2" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {{}} +
+cd "$1"
+find . -mindepth 1 -maxdepth 1 ! -name manifest.json -exec cp -R {{}} "$2/" \\;
+cp manifest.json "$2/manifest.json"
+echo "bundle $3 copied into the claim"
+"""
+
+
+def _bundle_script(name: str, script: str, source: str, target: str, ctx: _Ctx) -> list[str]:
+    return ["/bin/sh", "-c", script, name, source, target, ctx.bundle_hash]
+
+
 def _fetch_container(ctx: _Ctx) -> dict[str, Any]:
-    """Init container: copy the repository from S3 into the pod's models volume."""
+    """Init container: sync the bundle from S3 into the pod's models volume; fail unless it is complete."""
     secret = ctx.spec.s3_secret
     env = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")]
@@ -405,12 +463,53 @@ def _fetch_container(ctx: _Ctx) -> dict[str, Any]:
     return {
         "name": "fetch-model-repository",
         "image": AWS_CLI_IMAGE,
-        "command": ["aws", "s3", "sync", "--only-show-errors", "--no-progress", ctx.spec.s3_uri, MODEL_MOUNT],
+        "command": _bundle_script("fetch-model-repository", _SYNC_SH, str(ctx.spec.s3_uri), MODEL_MOUNT, ctx),
         "env": env,
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "securityContext": _security(),
         "volumeMounts": [{"name": "models", "mountPath": MODEL_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
     }
+
+
+def _wait_container(ctx: _Ctx) -> dict[str, Any]:
+    """Init container (pvc): start Triton only once the claim holds the complete bundle."""
+    return {
+        "name": "wait-for-bundle",
+        "image": ctx.spec.image or TRITON_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": _bundle_script("wait-for-bundle", _WAIT_SH, "-", MODEL_MOUNT, ctx),
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": _security(),
+        "volumeMounts": [{"name": "models", "mountPath": MODEL_MOUNT, "readOnly": True}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def _fill_job(ctx: _Ctx) -> dict[str, Any]:
+    """Job (pvc): copy the bundle from the image built by the generated Dockerfile into the claim.
+    Named after the bundle, so a new bundle is a new Job (a Job's pod template cannot change)."""
+    claim = ctx.spec.pvc_name or f"{ctx.name}-models"
+    meta = ctx.meta(f"{ctx.name}-fill-{ctx.bundle_hash[:10]}")
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {
+        "backoffLimit": 3, "ttlSecondsAfterFinished": 7 * 24 * 3600,
+        # labels of their own: the serving selectors (Deployment, Service, PDB, PodMonitor) must not match it
+        "template": {"metadata": {"labels": {**ctx.labels, "app.kubernetes.io/name": "triton-bundle-fill",
+                                             "app.kubernetes.io/component": "fill-models"}}, "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": _pod_security(),
+            "containers": [{
+                "name": "fill-models",
+                "image": ctx.spec.bundle_image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": _bundle_script("fill-models", _FILL_SH, MODEL_MOUNT, "/target", ctx),
+                "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                "securityContext": _security(),
+                "volumeMounts": [{"name": "target", "mountPath": "/target"}, {"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "target", "persistentVolumeClaim": {"claimName": claim}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+        }},
+    }}
 
 
 def _triton_container(ctx: _Ctx, sizing: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -425,6 +524,8 @@ def _triton_container(ctx: _Ctx, sizing: dict[str, Any], mounts: list[dict[str, 
         gpus = str(ctx.layout.gpus_per_pod)
         resources["requests"]["nvidia.com/gpu"] = gpus
         resources["limits"]["nvidia.com/gpu"] = gpus
+    else:  # the runtime reads this limit (PIPELINE_CPU_LIMIT) to size its threads
+        resources["limits"]["cpu"] = sizing["cpu"]
     probe = {"port": "http"}
     return {
         "name": "triton",
@@ -481,6 +582,8 @@ def _pod_spec(ctx: _Ctx, role: Literal["single", "leader", "worker"]) -> dict[st
     }
     if ctx.spec.model_store == "s3":
         spec["initContainers"] = [_fetch_container(ctx)]
+    elif ctx.spec.model_store == "pvc":
+        spec["initContainers"] = [_wait_container(ctx)]
     affinity = _affinity(ctx)
     if affinity:
         spec["affinity"] = affinity
@@ -497,13 +600,51 @@ def notes_for(profile: BuildProfile, spec: K8sSpec) -> tuple[str, ...]:
     notes = []
     if profile.runtime == "reference" and not spec.image:
         notes.append(f"{CPU_IMAGE_NOTE}; the default {TRITON_IMAGE} does not carry the pipeline")
+    if profile.runtime == "reference" and spec.model_store in ("image", "pvc") and not spec.base_image:
+        notes.append(f"the generated Dockerfile builds FROM {TRITON_IMAGE}; for the reference runtime's image pass "
+                     "--base-image <an image with the pipeline> (the project's Dockerfile image)")
     if profile.world_size > spec.gpus_per_node:
         notes.append("multi-node: the serving image needs kubectl (mpirun reaches the worker pods through "
                      "`kubectl exec`) and the LeaderWorkerSet controller must be installed")
     if spec.model_store == "pvc":
-        notes.append(f"the PersistentVolumeClaim {spec.pvc_name or '<name>-models'} must hold the rendered Triton "
-                     "repository (with its engine) at its root; it is not created here")
+        notes.append(f"the PersistentVolumeClaim {spec.pvc_name or '<name>-models'} (ReadWriteMany for more than one "
+                     "replica) is not created here; pods wait until it holds the bundle at its root")
+        if not spec.bundle_image:
+            notes.append("no --bundle-image: no Job fills the claim; build the image from the generated Dockerfile and "
+                         "render again with --bundle-image REF, or copy the bundle to the claim's root yourself "
+                         "(manifest.json last)")
     return tuple(notes)
+
+
+def dockerfile(profile: BuildProfile, spec: K8sSpec, bundle_hash: str) -> str:
+    """The image that carries the bundle at /models: the model store `image` serves it, the pvc fill Job
+    copies from it. Built with the bundle folder as the context (see DEPLOY.md)."""
+    base = spec.base_image or TRITON_IMAGE
+    return f"""\
+# syntax=docker/dockerfile:1
+# {profile.name} ({profile.id}): the bundle rendered for {MODEL_MOUNT}, on {base}.
+# Every path in the bundle's configs starts with {MODEL_MOUNT}. Build with the bundle folder as the context:
+#   docker build -f Dockerfile -t IMAGE <bundle folder>
+FROM {base}
+LABEL org.opencontainers.image.title="{profile.model} {profile.name}" \\
+      trtllm-pipeline.profile-id="{profile.id}" \\
+      trtllm-pipeline.bundle="{bundle_hash}"
+COPY . {MODEL_MOUNT}/
+"""
+
+
+def next_steps(spec: K8sSpec, out: Path, bundle_dir: Path) -> tuple[str, ...]:
+    """The commands that put the bundle in the model store and deploy (printed, and in DEPLOY.md)."""
+    build = f"docker build -f {out / 'Dockerfile'} -t {{image}} {bundle_dir} && docker push {{image}}"
+    apply = f"kubectl apply -k {out}"
+    if spec.model_store == "image":
+        return (build.format(image=spec.image), apply)
+    if spec.model_store == "s3":
+        return (f"aws s3 sync {bundle_dir} {spec.s3_uri} --delete", apply)
+    if spec.bundle_image:
+        return (build.format(image=spec.bundle_image), f"{apply}   # the Job fills the claim; pods wait for it")
+    return (f"copy {bundle_dir}/ to the root of the claim {spec.pvc_name or '<name>-models'}, manifest.json last",
+            f"{apply}   # pods wait until the claim holds the bundle")
 
 
 def _annotations(ctx: _Ctx) -> dict[str, str]:
@@ -725,7 +866,8 @@ def _dashboard_configmap(ctx: _Ctx) -> dict[str, Any]:
             "data": {f"{ctx.name}.json": json.dumps(dashboard(ctx), indent=2, ensure_ascii=False) + "\n"}}
 
 
-def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 0) -> dict[str, list[dict[str, Any]]]:
+def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 0,
+                     bundle_hash: str = "") -> dict[str, list[dict[str, Any]]]:
     """File name -> documents, in the order kustomization.yaml lists them. Pure: writes nothing."""
     gpu = get_gpu(profile.gpu)
     if gpu.is_cpu != (profile.runtime == "reference"):
@@ -736,10 +878,12 @@ def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 
                                hint="Add its GPU Feature Discovery product label to pipeline/data/gpus.json.")
     layout = plan_layout(profile, gpu, spec.gpus_per_node)
     name = spec.name or default_name(profile)
-    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes)
+    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes, bundle_hash)
     files: dict[str, list[dict[str, Any]]] = {"serviceaccount.yaml": [_service_account(ctx)]}
     if ctx.lws:
         files.update(_lws_extras(ctx))
+    if spec.model_store == "pvc" and spec.bundle_image:
+        files["fill-models-job.yaml"] = [_fill_job(ctx)]
     files.update({
         ("leaderworkerset.yaml" if ctx.lws else "deployment.yaml"): [_workload(ctx)],
         "service.yaml": [_service(ctx)],
@@ -781,7 +925,7 @@ def dump_yaml(docs: list[dict[str, Any]]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
-BUILTIN_GROUPS = ("v1", "apps/v1", "policy/v1", "autoscaling/v2", "rbac.authorization.k8s.io/v1")
+BUILTIN_GROUPS = ("v1", "apps/v1", "batch/v1", "policy/v1", "autoscaling/v2", "rbac.authorization.k8s.io/v1")
 
 
 def validate_document(doc: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
@@ -856,7 +1000,9 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
         raise InvalidInputError(f"Engine folder {engine_dir} does not exist.", hint="Run `pipeline build` first or fix --engine.")
     profile = profile_from_engine(engine_dir)
     size = engine_bytes(engine_dir)
-    files = render_manifests(profile, spec, size_bytes=size)
+    bundle_dir = bundle_for(spec, engine_dir, profile)
+    bundle_hash = str((read_manifest(bundle_dir) or {}).get("inputs_hash") or "")
+    files = render_manifests(profile, spec, size_bytes=size, bundle_hash=bundle_hash)
     problems = validate_files(files)
     if problems:  # a bug in the renderer, never the user's input: say exactly what
         raise RuntimeError("Rendered manifests failed validation:\n" + "\n".join(problems))
@@ -864,23 +1010,61 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     layout = plan_layout(profile, gpu, spec.gpus_per_node)
     out = Path(spec.out).resolve() if spec.out else stage_dir(profile.model, "k8s", profile.id)
     options = spec.model_dump(mode="json", exclude={"out", "force", "profile_id", "engine_dir"})
-    inputs = {"profile": profile.model_dump(mode="json"), "spec": options,
-              "engine_bytes": size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
+    inputs = {"profile": profile.model_dump(mode="json"), "spec": options, "bundle": bundle_hash,
+              "bundle_dir": str(bundle_dir), "engine_bytes": size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
     inputs_hash = sha256_json(inputs)
-    names = list(files) + ["kustomization.yaml"]
+    names = list(files) + ["kustomization.yaml", "Dockerfile", "DEPLOY.md"]
+    steps = next_steps(spec, out, bundle_dir)
     result = K8sResult(out_dir=out, profile_id=profile.id, profile_name=profile.name, kind=layout.kind,
                        replicas=spec.replicas, pods_per_replica=layout.pods_per_replica, gpus_per_pod=layout.gpus_per_pod,
                        files=tuple(names), skipped=True, validated_with=f"kubernetes-validate --strict {KUBERNETES_VERSION}",
-                       notes=notes_for(profile, spec))
+                       notes=notes_for(profile, spec), bundle_dir=bundle_dir, next_steps=steps)
     if not spec.force and is_up_to_date(out, inputs_hash):
         return result
     with atomic_dir(out) as tmp:
         for name, docs in files.items():
             (tmp / name).write_text(dump_yaml(docs), encoding="utf-8")
         (tmp / "kustomization.yaml").write_text(dump_yaml([kustomization(list(files), spec.namespace)]), encoding="utf-8")
+        (tmp / "Dockerfile").write_text(dockerfile(profile, spec, bundle_hash), encoding="utf-8")
+        (tmp / "DEPLOY.md").write_text(deploy_text(spec, bundle_dir, steps, result.notes), encoding="utf-8")
         manifest = build_manifest(stage="k8s", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
                                   packages=("kubernetes-validate", "pyyaml"),
-                                  extra={"engine_dir": str(engine_dir), "kind": layout.kind,
-                                         "validated_with": result.validated_with})
+                                  extra={"engine_dir": str(engine_dir), "bundle_dir": str(bundle_dir), "kind": layout.kind,
+                                         "validated_with": result.validated_with, "next_steps": list(steps)})
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return K8sResult(**{**result.__dict__, "skipped": False})
+
+
+def bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Path:
+    """The bundle the model store will hold: --bundle (checked: rendered for /models, from this profile),
+    else rendered (or reused, same inputs) at build/<model>/bundles/<profile-id>/."""
+    from pipeline.bundle import recorded_root
+    from pipeline.render import RenderSpec, render
+
+    if spec.bundle is None:
+        return render(RenderSpec(engine=engine_dir, model_root=Path(MODEL_MOUNT),
+                                 out=stage_dir(profile.model, "bundles", profile.id))).repo
+    folder = Path(spec.bundle).resolve()
+    root = recorded_root(folder)
+    if root != Path(MODEL_MOUNT):
+        raise InvalidInputError(f"--bundle {folder} is {'rendered for ' + str(root) if root else 'not a rendered bundle'}; "
+                                f"the pods read it at {MODEL_MOUNT}.",
+                                hint=f"Render it with `pipeline render --engine {engine_dir} --model-root {MODEL_MOUNT} --out DIR`, "
+                                "or leave --bundle out to have it rendered.")
+    recorded = (read_manifest(folder) or {}).get("profile")
+    try:
+        same = recorded is None or BuildProfile(**recorded).id == profile.id
+    except (TypeError, ValidationError):
+        same = False
+    if not same:
+        raise InvalidInputError(f"--bundle {folder} holds another engine than profile {profile.id}.",
+                                hint="Pass the bundle rendered from this engine, or leave --bundle out.")
+    return folder
+
+
+def deploy_text(spec: K8sSpec, bundle_dir: Path, steps: tuple[str, ...], notes: tuple[str, ...]) -> str:
+    lines = [f"# Deploying this folder (model store: {spec.model_store})", "",
+             f"The bundle: {bundle_dir} (model root {MODEL_MOUNT}: every path in its configs starts there).", "",
+             "```sh", *steps, "```", ""]
+    lines += [f"- {note}" for note in notes]
+    return "\n".join(lines).rstrip() + "\n"

@@ -25,6 +25,12 @@ GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPU
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Resource name (default triton-<model>-<profile id>).")]
 HfSecretOpt = Annotated[str, typer.Option("--hf-token-secret", help="Secret with key HF_TOKEN (referenced, never inlined).")]
 QueueRatioOpt = Annotated[float, typer.Option("--queue-ratio-target", help="HPA target: Triton queue time per unit of compute time.")]
+BundleOpt = Annotated[Optional[Path], typer.Option(
+    "--bundle", help="A bundle rendered with --model-root /models (default: render one under build/<model>/bundles/).")]
+BundleImageOpt = Annotated[Optional[str], typer.Option(
+    "--bundle-image", help="pvc: the image built from the generated Dockerfile; a Job copies its bundle into the claim.")]
+BaseImageOpt = Annotated[Optional[str], typer.Option(
+    "--base-image", help="FROM of the generated Dockerfile (default: the pinned Triton image).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +48,9 @@ def render(
     s3_uri: S3UriOpt = None,
     pvc_name: PvcNameOpt = None,
     image: ImageOpt = None,
+    bundle: BundleOpt = None,
+    bundle_image: BundleImageOpt = None,
+    base_image: BaseImageOpt = None,
     min_replicas: MinReplicasOpt = None,
     max_replicas: MaxReplicasOpt = None,
     gpus_per_node: GpusPerNodeOpt = 8,
@@ -52,7 +61,8 @@ def render(
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Render Deployment/LeaderWorkerSet, Service, HPA, PDB, monitoring and dashboard for a profile."""
+    """Render the /models bundle, Deployment/LeaderWorkerSet, Service, HPA, PDB, monitoring, dashboard and the
+    Dockerfile / fill Job / S3 sync that put the bundle in the model store, for a profile."""
     set_json(json_output)
     from pipeline.errors import InvalidInputError
 
@@ -61,15 +71,19 @@ def render(
     spec = spec_from_options(
         K8sSpec,
         profile_id=profile, engine_dir=engine, replicas=replicas, namespace=namespace, model_store=model_store,
-        s3_uri=s3_uri, pvc_name=pvc_name, image=image, min_replicas=min_replicas, max_replicas=max_replicas,
+        s3_uri=s3_uri, pvc_name=pvc_name, image=image, bundle=bundle, bundle_image=bundle_image, base_image=base_image,
+        min_replicas=min_replicas, max_replicas=max_replicas,
         gpus_per_node=gpus_per_node, name=name, hf_token_secret=hf_token_secret,
         queue_ratio_target=queue_ratio_target, out=out, force=force,
     )
     result = render_k8s(spec)
     state = "unchanged (same inputs)" if result.skipped else "written"
     OUT.info(f"{result.kind} for {result.profile_name}: {state} in {result.out_dir}")
+    OUT.info(f"bundle for /models: {result.bundle_dir}")
     for note in result.notes:
         OUT.warn(note)
+    for step in result.next_steps:
+        OUT.info(f"next: {step}")
     OUT.result(
         result,
         table=simple_table(

@@ -345,7 +345,8 @@ class ReferenceEngine:
 
 
 def intra_op_threads() -> int:
-    """Torch threads for the model (pipeline.cpus.reference_threads: from the CPU affinity and cgroup quota)."""
+    """Torch threads for the model (pipeline.cpus.reference_threads: from the CPU affinity, the cgroup quota
+    and $PIPELINE_CPU_LIMIT)."""
     from pipeline.cpus import reference_threads
 
     return reference_threads()
