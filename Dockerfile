@@ -5,7 +5,10 @@
 #   docker build -t trtllm-pipeline:25.12 .                       (make image)
 #   docker run --gpus all -e HF_TOKEN -v "$PWD/build:/workspace/build" trtllm-pipeline:25.12 \
 #       make engine GPU=h100 MODEL=hf:meta-llama/Llama-3.1-8B-Instruct QUANT=fp8 GOAL=throughput
+#   docker run -v "$PWD/build:/workspace/build" trtllm-pipeline:25.12 make bundle    (build/bundle: for /models)
 #
+# Artifacts land in /workspace/build (PIPELINE_BUILD_DIR below, which the Makefile honours; the VOLUME),
+# so with the mount above in ./build on the host, which must be writable by uid 10001.
 # No secret is baked in: HF_TOKEN (gated models) is passed at run time only.
 
 ARG TRITON_RELEASE=25.12

@@ -17,8 +17,13 @@ TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
 DRY_RUN ?= 0
-BUILD_DIR ?= build
-export PIPELINE_BUILD_DIR := $(abspath $(BUILD_DIR))
+# Where artifacts go: BUILD_DIR (environment or command line), else PIPELINE_BUILD_DIR (environment or
+# command line; the image sets /workspace/build), else ./build. The pipeline itself reads PIPELINE_BUILD_DIR.
+ifeq ($(origin BUILD_DIR),undefined)
+BUILD_DIR := $(or $(PIPELINE_BUILD_DIR),build)
+endif
+override PIPELINE_BUILD_DIR := $(abspath $(BUILD_DIR))
+export PIPELINE_BUILD_DIR
 
 .PHONY: install test test-fast demo engine gpus clean help
 
@@ -27,6 +32,7 @@ help:
 	@echo "make test      unit, integration and reliability tests (real ModelOpt, real tritonserver)"
 	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 [KV=fp8] [GOAL=throughput] [EVAL=1] [DRY_RUN=1]"
 	@echo "make serve [REPO=dir] | smoke URL=host:port | bench URL=host:port [SLO=...]"
+	@echo "make bundle [ENGINE=dir] [MODEL_ROOT=/models] [BUNDLE_OUT=dir]   the deployable bundle (models + engine + tokenizer)"
 	@echo "make plan | profiles | doctor | gpus | k8s PROFILE=id | image | soak"
 	@echo "README.md has the full list."
 
@@ -115,10 +121,17 @@ harness-ceiling: $(STAMP)
 #   make render ENGINE=build/<model>/engines/<profile-id> [RENDER_ARGS="--max-queue-size 64"]
 #   make smoke URL=localhost:8001 [SMOKE_MODEL=tensorrt_llm_bls]
 SMOKE_MODEL ?= ensemble
-.PHONY: render repo smoke
+.PHONY: render repo smoke bundle
 repo: render
 render: $(STAMP)
 	$(PIPE) render --engine $(ENGINE) $(RENDER_ARGS)
+
+# The bundle to ship (what CI publishes): ENGINE (default: the newest under $(BUILD_DIR)) rendered for
+# MODEL_ROOT, the path it will have where it is served, into BUNDLE_OUT; engine files hard-linked.
+MODEL_ROOT ?= /models
+BUNDLE_OUT ?= $(BUILD_DIR)/bundle
+bundle: $(STAMP)
+	$(PIPE) render --engine $(or $(ENGINE),$(shell ls -td $(BUILD_DIR)/*/engines/*/ 2>/dev/null | head -n 1),$(error no engine under $(BUILD_DIR): pass ENGINE=dir)) --model-root $(MODEL_ROOT) --out $(BUNDLE_OUT) $(RENDER_ARGS)
 smoke: $(STAMP)
 	$(PIPE) smoke --url $(URL) --model $(SMOKE_MODEL)
 

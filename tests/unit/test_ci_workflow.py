@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import dockerfile_helpers
 import pytest
 import yaml
 
@@ -74,11 +76,47 @@ def test_engine_matrix_runs_on_gpu_runners_in_the_image(workflow):
     assert "secrets.HF_TOKEN" in str(engine["env"])  # at run time, never a build arg
 
 
-def test_publishes_the_model_repository(workflow):
-    steps = workflow["jobs"]["engine"]["steps"]
+def test_publishes_the_bundle_where_the_image_writes_it(workflow):
+    """The bundle step writes where the upload looks, under the build folder the image and the job agree on
+    (the job's PIPELINE_BUILD_DIR reaches the pipeline: the Makefile no longer overrides it)."""
+    engine = workflow["jobs"]["engine"]
+    build_dir = dockerfile_helpers.env()["PIPELINE_BUILD_DIR"]
+    assert engine["env"]["PIPELINE_BUILD_DIR"] == build_dir
+    assert engine["defaults"]["run"]["working-directory"] == "/workspace/pipeline"  # the image's WORKDIR
+    steps = engine["steps"]
+    make_bundle = next(s["run"] for s in steps if "make bundle" in str(s.get("run", "")))
+    out = re.search(r"BUNDLE_OUT=(\S+)", make_bundle).group(1)
+    assert "MODEL_ROOT=/models" in make_bundle and out.startswith(build_dir + "/")
+    assert steps.index(next(s for s in steps if "make bench" in str(s.get("run", "")))) < \
+        steps.index(next(s for s in steps if "make bundle" in str(s.get("run", ""))))  # only gated engines ship
     uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    assert any("/triton/" in s["with"]["path"] and s["with"]["if-no-files-found"] == "error" for s in uploads)
-    assert any(s.get("if") == "always()" and "reports" in s["with"]["path"] for s in uploads)
+    bundle = [s for s in uploads if s["with"]["path"].rstrip("/") == out.rstrip("/")]
+    assert len(bundle) == 1 and bundle[0]["with"]["if-no-files-found"] == "error"
+    assert any(s.get("if") == "always()" and f"{build_dir}/*/reports/" in s["with"]["path"] for s in uploads)
+
+
+def _make_dirs(env: dict[str, str], *args: str) -> tuple[str, str]:
+    """(BUILD_DIR, the PIPELINE_BUILD_DIR that make's recipes export) for an environment and make arguments."""
+    show = 'show-dirs: ; @echo "$(BUILD_DIR)|$$PIPELINE_BUILD_DIR"'
+    clean = {k: v for k, v in os.environ.items() if k not in ("BUILD_DIR", "PIPELINE_BUILD_DIR", "MAKEFLAGS")}
+    result = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), *args, "--eval", show, "show-dirs"],
+                            env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    built, exported = result.stdout.strip().split("|")
+    return built, exported
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_build_dir_from_the_environment_wins_over_the_makefile_default(tmp_path):
+    assert _make_dirs({}) == ("build", str(ROOT / "build"))
+    image = dockerfile_helpers.env()
+    assert _make_dirs({"PIPELINE_BUILD_DIR": image["PIPELINE_BUILD_DIR"], "MAKEFLAGS": image["MAKEFLAGS"]}) == (
+        image["PIPELINE_BUILD_DIR"], image["PIPELINE_BUILD_DIR"])  # in the image: /workspace/build, not ./build
+    assert _make_dirs({"BUILD_DIR": str(tmp_path)}) == (str(tmp_path), str(tmp_path))
+    assert _make_dirs({"BUILD_DIR": "rel"}) == ("rel", str(ROOT / "rel"))
+    assert _make_dirs({"BUILD_DIR": str(tmp_path), "PIPELINE_BUILD_DIR": "/elsewhere"}) == (str(tmp_path), str(tmp_path))
+    assert _make_dirs({"PIPELINE_BUILD_DIR": "/elsewhere"}, f"BUILD_DIR={tmp_path}") == (str(tmp_path), str(tmp_path))
+    assert _make_dirs({}, "PIPELINE_BUILD_DIR=/cli") == ("/cli", "/cli")
 
 
 def test_make_targets_it_relies_on_that_this_issue_owns():

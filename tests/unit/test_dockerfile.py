@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dockerfile_helpers import instructions
 from pipeline.versions import TRITON_IMAGE, TRITON_RELEASE, TRTLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +23,7 @@ def _hadolint() -> str | None:
 
 
 def _instructions() -> list[tuple[str, str]]:
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, rest = line.partition(" ")
-            rows.append((keyword.upper(), rest.strip()))
-    return rows
+    return instructions(DOCKERFILE)
 
 
 def test_hadolint_passes():
@@ -79,3 +73,15 @@ def test_make_image_target_exists():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^image:", makefile, re.M)
     assert "docker build" in makefile and "TRTLLM_VERSION" in makefile
+
+
+def test_mounts_in_comments_and_readme_are_where_artifacts_land():
+    """`docker run -v HOST:TARGET` in the Dockerfile's comments and in the README mounts the folder the image
+    writes artifacts to: its PIPELINE_BUILD_DIR, which is also its VOLUME (the Makefile honours it)."""
+    rows = _instructions()
+    env = " ".join(rest for kw, rest in rows if kw == "ENV")
+    build_dir = re.search(r"PIPELINE_BUILD_DIR=(\S+)", env).group(1)
+    volumes = [rest for kw, rest in rows if kw == "VOLUME"]
+    assert volumes == [f'["{build_dir}"]']
+    mounts = re.findall(r'-v "?\$PWD/build:(\S+?)"?\s', DOCKERFILE.read_text() + (ROOT / "README.md").read_text())
+    assert len(mounts) >= 3 and set(mounts) == {build_dir}, mounts
