@@ -230,8 +230,9 @@ def render(spec: RenderSpec) -> RenderResult:
         stats = bundle.add_engine(tmp, engine, outside_tokenizer)
         problems = bundle.path_problems(tmp, root)
         if problems:
-            raise StageFailedError("The rendered bundle is not self-contained:\n  " + "\n  ".join(problems),
-                                   hint="A template names a path outside the bundle; fix it in model_repo_templates/.")
+            raise InvalidInputError("The rendered bundle is not self-contained:\n  " + "\n  ".join(problems),
+                                    hint="A template names a path outside the bundle; fix the templates (model_repo_templates/, "
+                                    "or PIPELINE_TEMPLATES_DIR). Nothing was written.")
         checks["paths"] = f"every path in every config is under {root} and in the bundle"
         summary = bundle.describe(root, stats)
         manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary}
