@@ -29,6 +29,7 @@ from pipeline.gpus import check_precision, get_gpu
 from pipeline.hf_compat import RopeSettings, causal_lm_class, read_json_object, resolved_rope
 from pipeline.output import OUT
 from pipeline.paths import build_root, model_slug, stage_dir
+from pipeline.placement import Device, Job, Placement
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Dtype = Literal["float16", "bfloat16"]
@@ -76,9 +77,10 @@ class ConvertSpec(BaseModel):
     gpu: Optional[str] = None
     calib_data: Optional[Path] = None
     calib_size: int = Field(DEFAULT_CALIB_SIZE, ge=1)
-    calib_batch_size: int = Field(4, ge=1)
+    calib_batch_size: int = Field(4, ge=0, description="samples per calibration forward pass; 0 = as many as fit")
     calib_max_len: int = Field(256, ge=8)
     dtype: Optional[Dtype] = None
+    device: Device = Field("auto", description="auto: the GPUs when the model fits them, else the CPU (with a warning)")
     force: bool = False
     root: Optional[Path] = None
 
@@ -103,6 +105,7 @@ class ConvertResult(BaseModel):
     skipped: bool  # True when an identical, intact checkpoint was already there
     duration_s: float
     peak_rss_mb: Optional[float] = None
+    device: Optional[str] = None  # where the model ran ("cpu" / "cuda"); None for a no-op
 
 
 class _Plan(BaseModel):
@@ -134,12 +137,17 @@ def convert(spec: ConvertSpec) -> ConvertResult:
     if not spec.force and is_up_to_date(plan.out, plan.inputs_hash):
         return _result(plan, read_manifest(plan.out) or {}, skipped=True, started=started)
 
-    OUT.info(f"convert: {plan.hf_dir} -> {plan.out} ({plan.fmt.name}, KV {plan.kv.name}, tp {spec.tp}, pp {spec.pp}, {plan.dtype})")
+    placement = check_resources(plan, spec)
+    if placement.warning:
+        OUT.warn(placement.warning)
+    where = "CPU" if placement.device == "cpu" else f"GPU {', '.join(map(str, placement.gpus))}"
+    OUT.info(f"convert: {plan.hf_dir} -> {plan.out} ({plan.fmt.name}, KV {plan.kv.name}, tp {spec.tp}, pp {spec.pp}, "
+             f"{plan.dtype}, on the {where})")
     captured = io.StringIO()
     with atomic_dir(plan.out) as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            timings = _quantize_and_export(plan, spec, tmp, captured)
+            timings, used = _quantize_and_export(plan, spec, placement, tmp, captured)
         except (RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError, KeyError) as error:
             tail = captured.getvalue().strip().splitlines()[-5:]
             raise StageFailedError(
@@ -169,13 +177,15 @@ def convert(spec: ConvertSpec) -> ConvertResult:
                 "config_fixes": fixes,
                 "awq_block_size": plan.awq_block,
                 "calibration": plan.calibration.summary() if plan.calibration else None,
+                "calibration_run": used if plan.calibration else None,
+                "placement": placement.summary(),
                 "timings_s": timings,
                 "peak_rss_mb": peak_rss_mb(),
                 "modelopt_warnings": _warnings_worth_keeping(caught),
             },
         )
         write_json_atomic(tmp / MANIFEST_NAME, manifest)
-    return _result(plan, manifest, skipped=False, started=started)
+    return _result(plan, manifest, skipped=False, started=started, device=placement.device)
 
 
 def plan_convert(spec: ConvertSpec) -> _Plan:
@@ -195,6 +205,7 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
         load_calibration(spec.calib_data, spec.calib_size)  # still refuse a bad file the user named
         OUT.info(f"convert: {fmt.name} needs no calibration; --calib-data is not used.")
 
+    _check_hub_model_fits(spec, convert_job(spec, fmt, kv, dtype, calibration))
     hf_dir, model = _resolve_source(spec)
     hf_config = _read_hf_config(hf_dir)
     decoder_type = _check_architecture(hf_config, hf_dir)
@@ -244,7 +255,14 @@ def checkpoint_id(quant: str, kv_cache: str, tp: int, pp: int, inputs_hash: str)
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports KiB)."""
+    """This process's peak resident memory so far, in MiB: VmHWM of its own address space
+    (getrusage's ru_maxrss also carries a parent's peak across fork and exec); ru_maxrss elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -348,24 +366,110 @@ def _linear_in_features(config: dict[str, Any]) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Resources: memory and disk, from config.json alone, before anything loads
+
+
+def convert_job(spec: ConvertSpec, fmt: QuantFormat, kv: KvCacheFormat, dtype: str, calibration: Optional[CalibrationSet]) -> Job:
+    """The convert job the memory pre-check sizes (calibration samples x calib_max_len tokens)."""
+    quantized = fmt.modelopt_config is not None or kv.kv_cache_quant_algo is not None
+    return Job(kind="convert", load_dtype=dtype, quant=fmt.name, quantized=quantized, tp=spec.tp, pp=spec.pp,
+               samples=calibration.size if calibration else 0, seq_len=spec.calib_max_len,
+               batch_size=spec.calib_batch_size, passes=2 if "awq" in fmt.name else 1)
+
+
+def check_resources(plan: _Plan, spec: ConvertSpec) -> Placement:
+    """Where the model goes (pipeline.placement), refused with exit 2 when it fits nowhere; and room
+    on disk for the checkpoint. Runs after the no-op check: an up-to-date checkpoint needs neither."""
+    from pipeline.placement import model_shape, place
+    from pipeline.resources import free_disk_bytes, machine
+
+    job = convert_job(spec, plan.fmt, plan.kv, plan.dtype, plan.calibration)
+    shape = model_shape(plan.hf_dir)
+    placement = place(shape, job, machine(), spec.device, name=plan.model)
+    check_disk(plan.out, placement.footprint.checkpoint, what=f"the {plan.fmt.name} checkpoint of {plan.model}",
+               free=free_disk_bytes(plan.out))
+    return placement
+
+
+def _check_hub_model_fits(spec: ConvertSpec, job: Job) -> None:
+    """For an hf: source not downloaded yet: fetch its config.json alone (into the HF cache) and run
+    the memory pre-check before the weights are downloaded. Skipped when the Hub cannot be asked;
+    the check after the download still runs before anything loads."""
+    from pipeline.download import hub_cache_dir, hub_offline, parse_source
+
+    if Path(spec.model).expanduser().is_dir() or not spec.model.startswith("hf:"):
+        return
+    parsed = parse_source(spec.model)
+    if (read_manifest(stage_dir(parsed.model, "hf", root=spec.root)) or {}).get("stage") == "download":
+        return
+    import os
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:  # the revision is resolved to a commit first, as the download itself will do
+        folder = snapshot_download(parsed.location, revision=parsed.revision, cache_dir=hub_cache_dir(),
+                                   allow_patterns=["config.json"], local_files_only=hub_offline(),
+                                   endpoint=os.environ.get("HF_ENDPOINT") or None)
+    except (HfHubHTTPError, OSError, ValueError):
+        return
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        return
+    from pipeline.placement import model_shape, place
+    from pipeline.resources import machine
+
+    place(model_shape(config), job, machine(), spec.device, name=parsed.display)
+
+
+DISK_MARGIN_BYTES = 256 << 20
+
+
+def check_disk(target: Path, needed: int, *, what: str, free: int) -> None:
+    """Refuse (exit 2) before writing when the filesystem of target lacks needed bytes (+ 5% and 256 MiB)."""
+    from pipeline.resources import GIB, existing_parent
+
+    wanted = int(needed * 1.05) + DISK_MARGIN_BYTES
+    if free < wanted:
+        raise UnsupportedError(
+            f"Not enough disk for {what}: it needs about {needed / GIB:.2f} GiB, and {free / GIB:.2f} GiB is free on "
+            f"the filesystem of {existing_parent(target)}.",
+            hint=f"Free {max(0.01, (wanted - free) / GIB):.2f} GiB there, or point PIPELINE_BUILD_DIR at a disk with "
+            f"{wanted / GIB:.1f} GiB free.",
+        )
+
+
+# ----------------------------------------------------------------------------------------------
 # Work
 
 
-def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io.StringIO) -> dict[str, float]:
-    """Load, quantize (with a progress bar over calibration batches) and export into tmp.
+def _quantize_and_export(
+    plan: _Plan, spec: ConvertSpec, placement: Placement, tmp: Path, captured: io.StringIO
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Load (where `placement` says), quantize (with a progress bar over calibration batches) and
+    export into tmp; (timings, what the calibration used).
 
     ModelOpt prints to stdout; that goes into `captured` so --json output stays clean."""
-    from pipeline.quantize import calibration_steps, load_hf_model, quantize_model, torch_dtype
+    from pipeline.placement import batch_for_free_memory
+    from pipeline.quantize import (
+        calibration_steps,
+        free_gpu_memory,
+        load_hf_model,
+        prepare_for_export,
+        quantize_model,
+        torch_dtype,
+    )
 
     timings: dict[str, float] = {}
     texts = list(plan.calibration.texts) if plan.calibration else []
-    steps = calibration_steps(plan.fmt, plan.kv, len(texts), spec.calib_batch_size)
     with OUT.progress() as progress, contextlib.redirect_stdout(captured):
         task = progress.add_task("load", total=None)
         mark = time.time()
-        model, tokenizer = load_hf_model(plan.hf_dir, plan.dtype)
+        model, tokenizer = load_hf_model(plan.hf_dir, plan.dtype, placement)
         timings["load"] = round(time.time() - mark, 3)
 
+        batch_size = batch_for_free_memory(placement, free_gpu_memory() if placement.device == "cuda" else {})
+        steps = calibration_steps(plan.fmt, plan.kv, len(texts), batch_size)
         progress.update(task, description=f"calibrate {plan.fmt.name}", total=steps or None, completed=0)
         done = {"n": 0}
 
@@ -373,10 +477,11 @@ def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io
             done["n"] += 1
             progress.update(task, completed=done["n"], total=max(steps, done["n"]))
 
+        stats: dict[str, int] = {}
         mark = time.time()
         model = quantize_model(
             model, tokenizer, plan.fmt, plan.kv, texts,
-            batch_size=spec.calib_batch_size, max_len=spec.calib_max_len, tp=spec.tp, progress=advance,
+            batch_size=batch_size, max_len=spec.calib_max_len, tp=spec.tp, progress=advance, stats=stats,
         )
         timings["quantize"] = round(time.time() - mark, 3)
 
@@ -385,6 +490,8 @@ def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io
         import torch
         from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
+        del tokenizer
+        prepare_for_export(model, on_gpus=placement.device == "cuda")
         with torch.inference_mode():
             export_tensorrt_llm_checkpoint(
                 model, plan.decoder_type, torch_dtype(plan.dtype), export_dir=tmp,
@@ -401,7 +508,7 @@ def _quantize_and_export(plan: _Plan, spec: ConvertSpec, tmp: Path, captured: io
             f"{'a' if (tmp / 'config.json').is_file() else 'no'} config.json.",
             hint="Re-run with --debug; this is a ModelOpt export problem.",
         )
-    return timings
+    return timings, {"batch_size_used": batch_size, "oom_splits": stats.get("splits", 0)}
 
 
 def _finish_config(path: Path, plan: _Plan) -> tuple[dict[str, Any], list[str]]:
@@ -452,7 +559,7 @@ def _drop_empty_layer_config(path: Path) -> None:
         path.unlink()
 
 
-def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: float) -> ConvertResult:
+def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: float, device: Optional[str] = None) -> ConvertResult:
     files = manifest.get("files") or {}
     return ConvertResult(
         model=plan.model,
@@ -472,6 +579,7 @@ def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: fl
         skipped=skipped,
         duration_s=round(time.time() - started, 3),
         peak_rss_mb=None if skipped else manifest.get("peak_rss_mb"),
+        device=device,
     )
 
 

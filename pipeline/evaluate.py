@@ -51,6 +51,7 @@ from pipeline.calibration import DEFAULT_CALIB_SIZE
 from pipeline.errors import GateFailedError, InvalidInputError
 from pipeline.output import OUT
 from pipeline.paths import model_slug, stage_dir
+from pipeline.placement import Device, Job, Placement
 from pipeline.quant import kv_cache_format
 from pipeline.simulated import (
     BASELINE_DTYPE,
@@ -87,6 +88,7 @@ class EvaluateSpec(BaseModel):
     max_len: int = Field(512, ge=8, description="evaluation window in tokens (longer texts are split)")
     max_texts: Optional[int] = Field(None, ge=1, description="use only the first N evaluation texts")
     batch_size: int = Field(4, ge=1)
+    device: Device = Field("auto", description="auto: the GPUs when the model fits them, else the CPU (with a warning)")
     out: Optional[Path] = None  # reports root; default build/<model>/reports
     force: bool = False
 
@@ -245,6 +247,9 @@ def score_model(
             for row, window in enumerate(batch):
                 ids[row, : len(window)] = torch.tensor(window)
                 mask[row, : len(window)] = 1
+            device = getattr(model, "device", None)
+            if device is not None and str(device) != "cpu":  # under a device_map: the embedding's GPU
+                ids, mask = ids.to(device), mask.to(device)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             targets = ids[:, 1:]
             valid = mask[:, 1:].bool()
@@ -334,8 +339,11 @@ def evaluate(spec: EvaluateSpec) -> EvaluateResult:
         result = EvaluateResult.model_validate({**stored, "cached": True})
         return apply_gate(result, spec.max_delta)
 
+    placement = place_evaluation(spec, hf_dir, model_name, len(texts))
+    if placement.warning:
+        OUT.warn(placement.warning)
     with redirect_stdout(sys.stderr):  # ModelOpt prints its progress to stdout; keep stdout for results
-        rows = _measure(spec, hf_dir, texts, calib)
+        rows = _measure(spec, hf_dir, texts, calib, placement)
     dataset = {
         "name": data_path.name if spec.data else "shipped eval set (pipeline/data/eval/eval.jsonl)",
         "sha256": inputs["data"]["sha256"],
@@ -377,12 +385,27 @@ def evaluate(spec: EvaluateSpec) -> EvaluateResult:
     return result
 
 
-def _measure(spec: EvaluateSpec, hf_dir: Path, texts: list[str], calib: list[str]) -> dict[str, Any]:
+def place_evaluation(spec: EvaluateSpec, hf_dir: Path, model_name: str, texts: int) -> Placement:
+    """Where the baseline and the variants run (pipeline.placement), from config.json alone: fp32
+    weights, one scoring batch of max_len tokens per forward pass, baseline plus one pass per variant."""
+    from pipeline.placement import model_shape, place
+    from pipeline.resources import machine
+
+    quantized = [v for v in spec.variants if v.fmt.modelopt_config is not None or v.kv.kv_cache_quant_algo is not None]
+    job = Job(kind="evaluate", load_dtype=BASELINE_DTYPE, quant=(quantized or list(spec.variants))[0].fmt.name,
+              quantized=bool(quantized), samples=texts, seq_len=spec.max_len, batch_size=spec.batch_size,
+              passes=1 + len(spec.variants))
+    return place(model_shape(hf_dir), job, machine(), spec.device, name=model_name)
+
+
+def _measure(spec: EvaluateSpec, hf_dir: Path, texts: list[str], calib: list[str], placement: Placement | None = None) -> dict[str, Any]:
     from pipeline.quantize import calibration_steps, load_hf_model
 
+    batch_size = placement.batch_size if placement is not None else spec.batch_size
+    spec = spec.model_copy(update={"batch_size": batch_size})
     with OUT.progress() as bar:
         t0 = time.time()
-        base_model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE)
+        base_model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE, placement)
         windows = token_windows(tokenizer, texts, spec.max_len)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         task = bar.add_task(f"baseline ({BASELINE_DTYPE})", total=len(windows))
@@ -415,6 +438,7 @@ def _measure(spec: EvaluateSpec, hf_dir: Path, texts: list[str], calib: list[str
                 calib_max_len=spec.calib_max_len,
                 batch_size=spec.batch_size,
                 progress=lambda _done, _total: bar.advance(qtask),
+                placement=placement,
             )
             bar.update(qtask, completed=max(steps, 1))
             quantize_s = time.time() - t0

@@ -24,10 +24,13 @@ from __future__ import annotations
 import copy
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.quant import KvCacheFormat, QuantFormat
+
+if TYPE_CHECKING:
+    from pipeline.placement import Placement
 
 # Formats whose weights leave ModelOpt unquantized; TensorRT-LLM quantizes them at build time.
 WEIGHTS_PACKED_AT_BUILD = {"int4_wo": "W4A16"}
@@ -58,8 +61,22 @@ def torch_dtype(name: str) -> Any:
         raise InvalidInputError(f"Unknown dtype {name!r}.", hint="Use float16 or bfloat16.") from None
 
 
-def load_hf_model(hf_dir: Path | str, dtype: str = "float16") -> tuple[Any, Any]:
-    """Load (model, tokenizer) from a local Hugging Face checkpoint folder on the CPU, eval mode.
+def from_pretrained_kwargs(dtype: str, placement: Placement | None = None) -> dict[str, Any]:
+    """The keyword arguments `AutoModelForCausalLM.from_pretrained` gets (the contract the GPU path is
+    tested by). On the CPU: the load dtype, no remote code, low_cpu_mem_usage (as before `--device`).
+    On GPUs, as NVIDIA's quantize script loads (`device_map="auto"`), with accelerate's `max_memory`
+    per GPU from the pre-check (and "cpu" when weights are offloaded). `dtype` is the name both
+    transformers 4.57.1 (TensorRT-LLM 1.1's pin) and 5.x read; `torch_dtype` is deprecated in both."""
+    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "trust_remote_code": False, "low_cpu_mem_usage": True}
+    if placement is not None and placement.device == "cuda":
+        kwargs["device_map"] = "auto"
+        kwargs["max_memory"] = placement.accelerate_max_memory()
+    return kwargs
+
+
+def load_hf_model(hf_dir: Path | str, dtype: str = "float16", placement: Placement | None = None) -> tuple[Any, Any]:
+    """Load (model, tokenizer) from a local Hugging Face checkpoint folder, eval mode: on the CPU, or
+    across the GPUs a `pipeline.placement.Placement` names.
 
     trust_remote_code is off: only architectures transformers itself implements are loaded.
     The tokenizer pads on the left and falls back to the EOS token for padding.
@@ -77,9 +94,7 @@ def load_hf_model(hf_dir: Path | str, dtype: str = "float16") -> tuple[Any, Any]
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=torch_dtype(dtype), trust_remote_code=False, low_cpu_mem_usage=True
-        )
+        model = AutoModelForCausalLM.from_pretrained(folder, **from_pretrained_kwargs(dtype, placement))
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise StageFailedError(
             f"Could not load the checkpoint in {folder}: {error}",
@@ -90,6 +105,39 @@ def load_hf_model(hf_dir: Path | str, dtype: str = "float16") -> tuple[Any, Any]
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     return model, tokenizer
+
+
+def model_device(model: Any) -> Any:
+    """Where a model's inputs go: the device of its first parameter (the embedding, under a device_map)."""
+    return getattr(model, "device", None)
+
+
+def free_gpu_memory() -> dict[int, int]:
+    """Free bytes per CUDA device now (empty without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {index: int(torch.cuda.mem_get_info(index)[0]) for index in range(torch.cuda.device_count())}
+
+
+def prepare_for_export(model: Any, on_gpus: bool) -> None:
+    """Before `export_tensorrt_llm_checkpoint`: a model loaded on GPUs with a device_map loses its
+    accelerate hooks, which puts offloaded weights back in place (NVIDIA's quantize_by_modelopt.py
+    @042c510d does it unconditionally: "Move meta tensor back to device before exporting"; a model
+    without hooks is left as it is); then the calibration's leftovers are released so the export's
+    buffers have the memory."""
+    import gc
+
+    import torch
+
+    if on_gpus:  # transformers 5 dispatches (adds hooks) only for a map over more than one device
+        from accelerate.hooks import remove_hook_from_module
+
+        remove_hook_from_module(model, recurse=True)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _quantized_linears(model: Any) -> list[tuple[str, Any]]:
@@ -174,14 +222,41 @@ def _set_awq_block(cfg: dict[str, Any], block: int) -> None:
                 sizes["-1"] = block
 
 
-def calibration_batches(tokenizer: Any, texts: list[str], *, batch_size: int, max_len: int) -> list[dict[str, Any]]:
-    """Tokenized calibration batches (left-padded, truncated to max_len)."""
+def calibration_batches(
+    tokenizer: Any, texts: list[str], *, batch_size: int, max_len: int, device: Any = None
+) -> list[dict[str, Any]]:
+    """Tokenized calibration batches (left-padded, truncated to max_len), on `device` when one is
+    given and is not the CPU (the model's input device under a device_map)."""
     batches = []
     for start in range(0, len(texts), batch_size):
         chunk = texts[start : start + batch_size]
         encoded = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=max_len)
-        batches.append({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]})
+        batch = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+        if device is not None and str(device) != "cpu":
+            batch = {key: value.to(device) for key, value in batch.items()}
+        batches.append(batch)
     return batches
+
+
+def forward_splitting_on_oom(model: Any, batch: dict[str, Any], counter: dict[str, int] | None = None) -> None:
+    """model(**batch); a batch that runs out of GPU memory is run again as two halves (recursively),
+    as NVIDIA's calibrate_loop does (quantize_by_modelopt.py @042c510d). A CPU out-of-memory is the
+    kernel's kill and cannot be caught: the pre-check sizes the CPU batch instead."""
+    import torch
+
+    try:
+        model(**batch)
+        return
+    except torch.cuda.OutOfMemoryError:
+        rows = int(batch["input_ids"].shape[0])
+        if rows == 1:
+            raise
+    torch.cuda.empty_cache()
+    if counter is not None:
+        counter["splits"] = counter.get("splits", 0) + 1
+    half = rows // 2
+    for part in (slice(0, half), slice(half, rows)):
+        forward_splitting_on_oom(model, {key: value[part] for key, value in batch.items()}, counter)
 
 
 def quantize_model(
@@ -195,12 +270,15 @@ def quantize_model(
     max_len: int = 256,
     tp: int = 1,
     progress: ProgressFn | None = None,
+    stats: dict[str, int] | None = None,
 ) -> Any:
     """Quantize model in place with ModelOpt for fmt (+ kv) and return it.
 
     Formats with no ModelOpt quantizer (fp16, bf16, int4_wo without a quantized KV cache) return the
     model untouched. `progress(done, total)` is called after each calibration batch.
     Weight-only int8 needs no calibration data; the others run a forward pass over calib_texts.
+    On a GPU the batches go to the model's input device and a batch that runs out of memory is split
+    (counted in `stats["splits"]`); on the CPU the forward pass is exactly `model(**batch)`.
     """
     import torch
 
@@ -215,12 +293,20 @@ def quantize_model(
             f"{fmt.name} (KV cache {kv.name}) needs calibration data and none was given.",
             hint="Leave --calib-data unset to use the shipped calibration set, or give a file with text in it.",
         )
-    batches = calibration_batches(tokenizer, calib_texts, batch_size=batch_size, max_len=max_len) if needs_data else []
+    device = model_device(model)
+    on_gpu = device is not None and getattr(device, "type", str(device)) == "cuda"
+    batches = (
+        calibration_batches(tokenizer, calib_texts, batch_size=batch_size, max_len=max_len, device=device if on_gpu else None)
+        if needs_data else []
+    )
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
             for index, batch in enumerate(batches, 1):
-                m(**batch)
+                if on_gpu:
+                    forward_splitting_on_oom(m, batch, stats)
+                else:
+                    m(**batch)
                 if progress is not None:
                     progress(index, len(batches))
 

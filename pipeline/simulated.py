@@ -106,13 +106,15 @@ def simulated_model(
     calib_max_len: int = 256,
     batch_size: int = 4,
     progress: Callable[[int, int], None] | None = None,
+    placement: Any = None,
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) with variant's numerics simulated on the CPU in fp32: weights rounded to
-    fp16/bf16 for the 16-bit formats; ModelOpt fake quantization (pipeline.quantize) otherwise; for
-    formats whose weights trtllm-build quantizes (int4_wo), that rounding is applied to the weights."""
+    """(model, tokenizer) with variant's numerics simulated in fp32 (on the CPU, or where a
+    `pipeline.placement.Placement` puts it): weights rounded to fp16/bf16 for the 16-bit formats;
+    ModelOpt fake quantization (pipeline.quantize) otherwise; for formats whose weights trtllm-build
+    quantizes (int4_wo), that rounding is applied to the weights."""
     from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD, load_hf_model, quantize_model
 
-    model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE)
+    model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE, placement)
     fmt, kv = variant.fmt, variant.kv
     if not fmt.is_quantized:
         round_weights(model, "bfloat16" if fmt.name == "bf16" else "float16")

@@ -18,6 +18,10 @@ PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel size.
 ForceOpt = Annotated[bool, typer.Option("--force", help="Redo the stage even if an identical artifact exists.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: under build/).")]
 UrlOpt = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT.")]
+DeviceOpt = Annotated[
+    str, typer.Option("--device", help="auto: every visible GPU (accelerate device_map) when the model fits, else the "
+                      "CPU with a time estimate; cuda or cpu force one (refused, exit 2, when it does not fit).")
+]
 ServedModelOpt = Annotated[str, typer.Option("--model", help="Served model to call: ensemble or tensorrt_llm_bls.")]
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.calibration import DEFAULT_CALIB_SIZE
-from pipeline.cli._options import ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
+from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
 from pipeline.errors import InvalidInputError
 from pipeline.output import OUT
 
@@ -27,12 +27,19 @@ CalibDataOpt = Annotated[
 ]
 CalibSizeOpt = Annotated[int, typer.Option("--calib-size", min=1, help="Number of calibration samples to use.")]
 CalibMaxLenOpt = Annotated[int, typer.Option("--calib-max-len", min=8, help="Tokens per calibration sample (longer ones are cut).")]
-CalibBatchOpt = Annotated[int, typer.Option("--calib-batch-size", min=1, help="Calibration samples per forward pass.")]
+CalibBatchOpt = Annotated[
+    int, typer.Option("--calib-batch-size", min=0, help="Calibration samples per forward pass, capped by the memory left "
+                      "after the weights; 0 = as many as fit.")
+]
 DtypeOpt = Annotated[
     Optional[str], typer.Option("--dtype", help="float16 or bfloat16: unquantized layers and activations (default float16).")
 ]
 
 _DTYPES = ("float16", "bfloat16")
+
+
+def _where(device: Optional[str]) -> str:
+    return {"cpu": " on the CPU", "cuda": " on the GPUs"}.get(device or "", "")
 
 
 def register(app: typer.Typer) -> None:
@@ -51,6 +58,7 @@ def convert(
     calib_max_len: CalibMaxLenOpt = 256,
     calib_batch_size: CalibBatchOpt = 4,
     dtype: DtypeOpt = None,
+    device: DeviceOpt = "auto",
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -61,11 +69,15 @@ def convert(
     set_json(json_output)
     if dtype is not None and dtype not in _DTYPES:
         raise InvalidInputError(f"Unknown --dtype {dtype!r}.", hint=f"Use one of: {', '.join(_DTYPES)}.")
+    from pipeline.placement import check_device
+
+    check_device(device)
     from pipeline.convert import ConvertSpec, convert as run_convert
 
     spec = ConvertSpec(
         model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
-        calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype, force=force,  # type: ignore[arg-type]
+        calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype,  # type: ignore[arg-type]
+        device=device, force=force,  # type: ignore[arg-type]
     )
     result = run_convert(spec)
     if result.skipped:
@@ -76,5 +88,6 @@ def convert(
     OUT.result(
         result,
         text=f"{verb} {result.model}/{result.ckpt_id}: {algo}{kv}, {result.ranks} rank file(s), "
-        f"{result.bytes / (1 << 20):.1f} MiB in {result.duration_s:.1f} s -> {result.path}",
+        f"{result.bytes / (1 << 20):.1f} MiB in {result.duration_s:.1f} s{_where(result.device)} "
+        f"-> {result.path}",
     )

@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json
+from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json
 from pipeline.calibration import DEFAULT_CALIB_SIZE
 from pipeline.evaluate import (
     DEFAULT_MAX_DELTA,
@@ -64,6 +64,7 @@ def evaluate(
     max_len: MaxLenOpt = 512,
     out: OutDirOpt = None,
     record_in: RecordOpt = None,
+    device: DeviceOpt = "auto",
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -73,11 +74,15 @@ def evaluate(
     Reports (JSON, CSV, Markdown, PNG) go to build/<model>/reports/evaluate-<id>/ (or under --out).
     """
     set_json(json_output)
+    from pipeline.placement import check_device
+
+    check_device(device)
     if record_in is not None:
         checkpoint_manifest(record_in)  # refuse a folder without a manifest before the long run
     spec = EvaluateSpec.from_formats(
         model, quant, kv_cache,
         data=data, max_delta=max_delta, calib_size=calib_size, calib_data=calib_data, max_texts=max_texts, max_len=max_len, out=out, force=force,
+        device=device,
     )
     result = run_evaluate(spec)
     if result.cached:

@@ -3,6 +3,8 @@ pytest: it must not import the pipeline (which needs transformers 5). Prints one
 
     python trtllm11_probe.py read HF_DIR TEXTS_JSON     config and tokenizer as transformers 4.57.1 reads them
     python trtllm11_probe.py export HF_DIR OUT_DIR N     ModelOpt 0.37 fp8 TensorRT-LLM export of the first N layers
+    python trtllm11_probe.py load HF_DIR KWARGS_JSON      from_pretrained(HF_DIR, **kwargs) as convert calls it
+                                                         ("dtype" given by name); the dtype and device map it got
 """
 
 from __future__ import annotations
@@ -55,8 +57,22 @@ def export(hf_dir: str, out_dir: str, layers: str) -> dict:
     return {"modelopt": modelopt.__version__, "config": config}
 
 
+def load(hf_dir: str, kwargs_json: str) -> dict:
+    import accelerate
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    kwargs = json.loads(kwargs_json)
+    kwargs["dtype"] = getattr(torch, kwargs["dtype"])
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs)
+    return {"transformers": transformers.__version__, "accelerate": accelerate.__version__,
+            "dtype": str(next(model.parameters()).dtype), "hf_device_map": getattr(model, "hf_device_map", None),
+            "devices": sorted({str(p.device) for p in model.parameters()})}
+
+
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     command, *args = sys.argv[1:]
-    result = {"read": read, "export": export}[command](*args)
+    result = {"read": read, "export": export, "load": load}[command](*args)
     print(json.dumps(result))
