@@ -342,8 +342,14 @@ def download(spec: DownloadSpec) -> DownloadResult:
     show_bars = not (OUT.json_mode or OUT.quiet)
     snapshot = None
     if parsed.kind == "hf":  # into the HF cache first: a refused or failed fetch leaves build/ untouched
+        check_hub_disk(parsed, out)
         with _library_progress_bars(show_bars):
             snapshot = _snapshot(parsed, force_download=False)
+        check_disk_for(out, _sizes(_selected_files(snapshot)), what=f"the copy of {parsed.display}")
+    elif parsed.kind == "local":
+        check_disk_for(out, _sizes(_selected_files(Path(parsed.location))), what=f"the copy of {parsed.display}")
+    else:
+        check_disk_for(out, gguf_float32_bytes(Path(parsed.location)), what=f"{parsed.display} as {GGUF_DTYPE} safetensors")
     with atomic_dir(out) as tmp, _library_progress_bars(show_bars):
         if snapshot is not None:
             extra = _copy_snapshot(parsed, snapshot, tmp)
@@ -690,3 +696,118 @@ def _save_config(model: Any, tmp: Path) -> None:
     config.pop("quantization_config", None)
     config["dtype"] = GGUF_DTYPE
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------------------------
+# Disk: refused before anything is fetched or written
+
+
+def _sizes(files: list[Path]) -> int:
+    return sum(path.stat().st_size for path in files)
+
+
+def check_disk_for(out: Path, needed: int, *, what: str) -> None:
+    """Refuse (exit 2) when the filesystem out/ lands on has less than needed bytes (+ margin)."""
+    from pipeline import resources
+    from pipeline.convert import check_disk
+
+    check_disk(out, needed, what=what, free=resources.free_disk_bytes(out))
+
+
+def hub_listing(parsed: ParsedSource) -> list[Any]:
+    """The files snapshot_download would fetch (ALLOW_PATTERNS, top level), with their sizes, as the
+    Hub lists them (its tree API); empty when the Hub cannot be asked (offline, unreachable)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if hub_offline():
+        return []
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+    try:
+        entries = list(api.list_repo_tree(parsed.location, revision=parsed.revision, recursive=False))
+    except (HfHubHTTPError, OSError, ValueError):
+        return []  # snapshot_download meets the same problem and says what it is
+    return [e for e in entries if getattr(e, "size", None) is not None and "/" not in e.path
+            and any(fnmatch.fnmatch(e.path, pattern) for pattern in ALLOW_PATTERNS)]
+
+
+def check_hub_disk(parsed: ParsedSource, out: Path) -> None:
+    """Before fetching: the files not yet in the HF cache must fit its disk, and the copy into build/
+    must fit there too (both on one filesystem: the sum). Sizes are the Hub's own listing."""
+    from huggingface_hub import constants
+
+    from pipeline import resources
+    from pipeline.convert import check_disk
+
+    listed = hub_listing(parsed)
+    if not listed:
+        return
+    cache = hub_cache_dir() or Path(constants.HF_HUB_CACHE)
+    blobs = cache / ("models--" + parsed.location.replace("/", "--")) / "blobs"
+
+    def cached(entry: Any) -> bool:
+        blob = entry.lfs.sha256 if getattr(entry, "lfs", None) else entry.blob_id
+        return (blobs / str(blob)).is_file()
+
+    fetch = sum(int(e.size) for e in listed if not cached(e))
+    copy = sum(int(e.size) for e in listed)
+    what = f"hf:{parsed.location}"
+    if resources.same_filesystem(cache, out):
+        check_disk(out, fetch + copy, free=resources.free_disk_bytes(out),
+                   what=f"{what} ({fetch / GIB_F:.2f} GiB to fetch into the HF cache {cache}, {copy / GIB_F:.2f} GiB copied to {out})")
+        return
+    check_disk(cache, fetch, free=resources.free_disk_bytes(cache), what=f"{what} in the HF cache {cache}")
+    check_disk(out, copy, free=resources.free_disk_bytes(out), what=f"the copy of {what} in {out}")
+
+
+GIB_F = float(1 << 30)
+
+
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
+
+
+def gguf_float32_bytes(path: Path) -> int:
+    """What the GGUF's tensors take dequantized to float32: 4 bytes x the element counts its header
+    lists (read without loading the file: metadata is skipped, tensor infos summed). 0 when the
+    header cannot be read (the conversion then says what is wrong)."""
+    try:
+        with open(path, "rb") as handle:
+            magic, version, tensors, kvs = struct.unpack("<4sIQQ", handle.read(24))
+            if magic != b"GGUF" or version < 2:
+                return 0
+            for _ in range(kvs):
+                _gguf_skip_string(handle)
+                _gguf_skip_value(handle, struct.unpack("<I", handle.read(4))[0])
+            elements = 0
+            for _ in range(tensors):
+                _gguf_skip_string(handle)
+                (dims,) = struct.unpack("<I", handle.read(4))
+                count = 1
+                for size in struct.unpack(f"<{dims}Q", handle.read(8 * dims)):
+                    count *= size
+                handle.read(12)  # type (u32) and offset (u64)
+                elements += count
+        return elements * 4
+    except (OSError, struct.error, ValueError):
+        return 0
+
+
+def _gguf_skip_string(handle: Any) -> None:
+    (length,) = struct.unpack("<Q", handle.read(8))
+    handle.seek(length, os.SEEK_CUR)
+
+
+def _gguf_skip_value(handle: Any, kind: int) -> None:
+    if kind in _GGUF_SCALAR:
+        handle.seek(_GGUF_SCALAR[kind], os.SEEK_CUR)
+    elif kind == 8:
+        _gguf_skip_string(handle)
+    elif kind == 9:
+        item, count = struct.unpack("<IQ", handle.read(12))
+        if item in _GGUF_SCALAR:
+            handle.seek(_GGUF_SCALAR[item] * count, os.SEEK_CUR)
+        else:
+            for _ in range(count):
+                _gguf_skip_value(handle, item)
+    else:
+        raise ValueError(f"unknown GGUF value type {kind}")

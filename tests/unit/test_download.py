@@ -5,6 +5,7 @@ HF cache layout and the stand-in Hub live in tests/download_fixtures.py (fixture
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
 from pathlib import Path
@@ -396,3 +397,71 @@ def test_demo_rerun_is_fast_noop(demo_hf_dir: Path, capsys) -> None:
     assert _mtimes(demo_hf_dir) == before
     # The conversion took tens of seconds; checking hashes of ~540 MB takes about one.
     assert elapsed < max(manifest["duration_s"] / 5, 0.5), (elapsed, manifest["duration_s"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Disk: checked before anything is fetched or written
+
+
+def test_hub_download_refused_when_the_disk_is_too_small(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
+    from pipeline import resources
+
+    files = _repo_files(tiny_ckpt)
+    monkeypatch.setattr(resources, "free_disk_bytes", lambda path: 1 << 20)
+    with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        err = _refused(["download", "hf:tiny-org/Tiny-Llama"], capsys)
+    assert "Not enough disk for hf:tiny-org/Tiny-Llama" in err and "to fetch into the HF cache" in err
+    assert "0.00 GiB is free" in err and "PIPELINE_BUILD_DIR" in err
+    assert hub.fetched() == set()  # the Hub's listing was read, no file was fetched
+    assert not build_root.exists() and not list(online.rglob("blobs/*"))
+
+
+def test_hub_disk_check_counts_what_the_cache_lacks_and_the_copy(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch) -> None:
+    import pipeline.convert
+
+    files = _repo_files(tiny_ckpt)
+    partial = tiny_ckpt.parent / "partial-for-disk"
+    partial.mkdir(exist_ok=True)
+    (partial / "model.safetensors").write_bytes(files["model.safetensors"])
+    make_hub_cache(online, "tiny-org/Tiny-Llama", partial, {"main": COMMIT})
+    checked: list[tuple[int, str]] = []
+    monkeypatch.setattr(pipeline.convert, "check_disk", lambda target, needed, *, what, free: checked.append((needed, what)))
+    with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))
+    wanted = {name: len(data) for name, data in files.items() if any(fnmatch.fnmatch(name, p) for p in ALLOW_PATTERNS)}
+    fetch = sum(size for name, size in wanted.items() if name != "model.safetensors")  # the weights were cached
+    assert checked[0][0] == fetch + sum(wanted.values()) and "to fetch into the HF cache" in checked[0][1]
+    assert checked[1] == (sum(wanted.values()), "the copy of hf:tiny-org/Tiny-Llama")  # the cached snapshot, before copying
+
+
+def test_local_copy_refused_when_the_disk_is_too_small(tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
+    from pipeline import resources
+
+    monkeypatch.setattr(resources, "free_disk_bytes", lambda path: 1 << 20)
+    err = _refused(["download", f"local:{tiny_ckpt}"], capsys)
+    assert f"Not enough disk for the copy of local:{tiny_ckpt}" in err
+    assert not build_root.exists()
+
+
+def test_gguf_size_from_its_header(tmp_path: Path) -> None:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    from pipeline.download import gguf_float32_bytes
+
+    path = tmp_path / "m.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "hello", "wörld"])  # arrays of strings are skipped
+    writer.add_array("tokenizer.ggml.scores", [0.0, 0.5, 1.0, 1.5])
+    writer.add_uint32("llama.block_count", 2)
+    writer.add_tensor("a", np.zeros((3, 5), dtype=np.float16))
+    writer.add_tensor("b", np.zeros((7,), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert gguf_float32_bytes(path) == (15 + 7) * 4
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF\x03\0\0\0" + b"\xff" * 8)
+    assert gguf_float32_bytes(tmp_path / "bad.gguf") == 0
