@@ -36,6 +36,17 @@ class Tool(BaseModel):
     where: str | None = None
 
 
+class SizeVerdict(BaseModel):
+    """Whether this machine can convert and serve a model of one size (a public Llama-shaped config)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    params_b: float
+    convert: dict[str, str]  # quant -> "GPU", "CPU ~N min" or "no: needs N GiB"
+    serve: str  # the smallest precision and tp that fit the GPUs, or the reference runtime on the CPU, or "no: ..."
+
+
 class DoctorReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -46,7 +57,9 @@ class DoctorReport(BaseModel):
     tools: list[Tool]
     build_dir: Path
     free_disk_gib: float
+    free_ram_gib: float = 0.0
     runtimes: dict[str, str]  # runtime -> "yes" or the reason it cannot run here
+    sizes: list[SizeVerdict] = []  # which model sizes convert and serve here
     pinned: dict[str, str]
     summary: str
 
@@ -169,10 +182,84 @@ def _tools() -> list[Tool]:
 
 
 def _free_disk(path: Path) -> float:
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return round(shutil.disk_usage(probe).free / (1 << 30), 1)
+    from pipeline.resources import free_disk_bytes
+
+    return round(free_disk_bytes(path) / (1 << 30), 1)
+
+
+# Public Llama-family shapes (each model's config.json on the Hub): hidden, MLP, layers, heads, KV heads,
+# vocabulary, tied embeddings. The demo is SmolLM2-135M; the others are Llama 3.2 1B/3B and 3.1 8B/70B/405B.
+REFERENCE_SIZES: tuple[tuple[str, int, int, int, int, int, int, bool], ...] = (
+    ("SmolLM2-135M (demo)", 576, 1536, 30, 9, 3, 49152, True),
+    ("Llama-3.2-1B", 2048, 8192, 16, 32, 8, 128256, True),
+    ("Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, True),
+    ("Llama-3.1-8B", 4096, 14336, 32, 32, 8, 128256, False),
+    ("Llama-3.1-70B", 8192, 28672, 80, 64, 8, 128256, False),
+    ("Llama-3.1-405B", 16384, 53248, 126, 128, 8, 128256, False),
+)
+SERVE_RAM_OVERHEAD_BYTES = 2 << 30  # tritonserver and its Python stubs beside the reference runtime's fp32 weights
+
+
+def reference_shape(name: str, hidden: int, mlp: int, layers: int, heads: int, kv: int, vocab: int, tied: bool) -> Any:
+    from pipeline.plan import ModelSpec
+
+    return ModelSpec(name=name, model_type="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
+                     num_kv_heads=kv, head_dim=hidden // heads, intermediate_size=mlp, vocab_size=vocab,
+                     tie_word_embeddings=tied)
+
+
+def size_verdicts(here: Any, gpus: list[GpuFound]) -> list[SizeVerdict]:
+    """For each reference size: convert fp16 and fp8 (`--device auto`, the default calibration) and serve."""
+    from pipeline.calibration import DEFAULT_CALIB_SIZE
+    from pipeline.placement import Job, cpu_rates, duration_text, place
+
+    rates = cpu_rates("float16", 2048, 8192) if not here.gpus else None
+    verdicts = []
+    for row in REFERENCE_SIZES:
+        shape = reference_shape(*row)
+        convert: dict[str, str] = {}
+        for quant in ("fp16", "fp8"):
+            job = Job(kind="convert", load_dtype="float16", quant=quant, quantized=quant != "fp16",
+                      samples=DEFAULT_CALIB_SIZE if quant != "fp16" else 0, seq_len=256, batch_size=4)
+            try:
+                placement = place(shape, job, here, "auto", rates=rates)
+            except PipelineError:
+                from pipeline.placement import cpu_need
+
+                convert[quant] = f"no: needs {cpu_need(shape, job) / (1 << 30):.0f} GiB"
+                continue
+            if placement.device == "cuda":
+                convert[quant] = "GPU" + (" (offloading)" if placement.offload_bytes else "")
+            else:
+                convert[quant] = f"CPU ~{duration_text(placement.estimate_s or 0)}"
+        verdicts.append(SizeVerdict(model=shape.name, params_b=round(shape.param_count / 1e9, 2), convert=convert,
+                                    serve=_serve_verdict(shape, here, gpus)))
+    return verdicts
+
+
+def _serve_verdict(shape: Any, here: Any, gpus: list[GpuFound]) -> str:
+    """GPUs: the smallest precision (fp16, fp8, int4_awq) and tp (powers of 2 up to the GPU count) the
+    planner fits at ISL 1024 / OSL 128; the CPU: the reference runtime's fp32 weights in free RAM."""
+    from pipeline import plan as planner
+    from pipeline.gpus import get_gpu
+    from pipeline.quant import kv_cache_format, quant_format
+
+    keyed = [g for g in gpus if g.table_key]
+    if keyed:
+        gpu = get_gpu(keyed[0].table_key)
+        tps = [tp for tp in (1, 2, 4, 8) if tp <= len(keyed)]
+        for name in ("fp16", "fp8", "int4_awq"):
+            fmt = quant_format(name)
+            if not gpu.can_run(fmt):
+                continue
+            for tp in tps:
+                if planner.memory_plan(shape, gpu, fmt, kv_cache_format(None), tp, 1024, 128).fits:
+                    return f"tensorrtllm: {name} tp{tp}"
+        return f"no: does not fit {len(keyed)} x {gpu.key} at int4_awq"
+    need = shape.param_count * 4 + SERVE_RAM_OVERHEAD_BYTES
+    if need <= here.free_ram_bytes:
+        return f"reference runtime (CPU, fp32: {need / (1 << 30):.1f} GiB)"
+    return f"no: the reference runtime needs {need / (1 << 30):.0f} GiB of RAM, {here.free_ram_bytes / (1 << 30):.0f} free"
 
 
 def doctor() -> DoctorReport:
@@ -197,9 +284,13 @@ def doctor() -> DoctorReport:
     else:
         summary = "Nothing can serve here: install the pipeline (make install) or use the image"
     root = build_root()
+    from pipeline.resources import machine
+
+    here = machine()
     return DoctorReport(
         gpus=gpus, gpu_source=source, driver_version=driver, cuda_version=cuda, tools=list(tools.values()),
-        build_dir=root, free_disk_gib=_free_disk(root), runtimes=runtimes,
+        build_dir=root, free_disk_gib=_free_disk(root), free_ram_gib=round(here.free_ram_bytes / (1 << 30), 1),
+        runtimes=runtimes, sizes=size_verdicts(here, gpus),
         pinned={"trtllm": TRTLLM_VERSION, "image": TRITON_IMAGE}, summary=summary,
     )
 
@@ -216,7 +307,11 @@ def report_rows(report: DoctorReport) -> list[list[Any]]:
         rows.append([tool.name, ("yes " + (tool.version or "") + (f" at {tool.where}" if tool.where else "")).strip()
                      if tool.present else "missing"])
     rows.append(["build dir", f"{report.build_dir} ({report.free_disk_gib:g} GiB free)"])
+    rows.append(["free RAM", f"{report.free_ram_gib:g} GiB"])
     for runtime, state in report.runtimes.items():
         rows.append([f"runtime {runtime}", state])
+    for size in report.sizes:
+        convert = ", ".join(f"{quant} {verdict}" for quant, verdict in size.convert.items())
+        rows.append([f"{size.model} ({size.params_b:g}B)", f"convert: {convert}; serve: {size.serve}"])
     rows.append(["pinned", f"TensorRT-LLM {report.pinned['trtllm']} in {report.pinned['image']}"])
     return rows
