@@ -139,6 +139,12 @@ smoke: $(STAMP)
 bench-convert: $(STAMP)   ## wall time and peak memory of each convert format -> build/<model>/reports/convert-bench.{json,png}
 	$(BIN)/python scripts/bench_convert.py --model $(MODEL)
 
+# How convert's cost grows with size: the demo and a random-weight 1B Llama (the demo's tokenizer); convert
+# fp16/fp8, the no-op re-run, build --gpu cpu + render; time per parameter, RSS over weight bytes.
+.PHONY: bench-scale
+bench-scale: $(STAMP)   ## -> $(BUILD_DIR)/bench-scale/reports/bench-scale.json
+	$(BIN)/python scripts/bench_scale.py --root $(BUILD_DIR)/bench-scale
+
 # Soak: the demo deployment under 32 concurrent streams for 10 minutes, 0 failed/lost requests and stable
 # server RSS (exit 4 otherwise; the summary JSON lands in $(BUILD_DIR)/reports/soak.json). `make test` runs a 60 s one.
 SOAK_S ?= 600
