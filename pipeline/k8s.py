@@ -86,6 +86,12 @@ TRITON_CORE_METRICS = frozenset({
 
 ModelStore = Literal["pvc", "image", "s3"]
 
+# /dev/shm per Python-backend stub: Triton's python backend maps a region of shm-default-byte-size per
+# model instance and grows it by shm-growth-byte-size (64 MiB each in older python_backend releases, 1 MiB
+# in newer ones: src/python_be.cc, triton-inference-server/python_backend). The larger is budgeted, so the
+# memory-backed /dev/shm fits every stub the rendered repository starts whichever release serves it.
+PYTHON_STUB_SHM_BYTES = 64 << 20
+
 
 class K8sSpec(BaseModel):
     """Everything `render_k8s` needs, validated once. Exactly one of profile_id / engine_dir."""
@@ -283,6 +289,7 @@ class _Ctx:
     name: str
     engine_bytes: int
     bundle_hash: str = ""
+    python_stubs: int = 0
 
     @property
     def ns(self) -> str:
@@ -341,11 +348,13 @@ def _sizing(ctx: _Ctx) -> dict[str, Any]:
     the whole checkpoint in RAM (fp32 plus transformers' working copies: x2.5)."""
     gib = 1 << 30
     share = ctx.engine_bytes / ctx.layout.pods_per_replica / gib
+    # every Python-backend instance (stub process) maps its own /dev/shm region
+    stubs_gib = ctx.python_stubs * PYTHON_STUB_SHM_BYTES / gib
     if ctx.cpu:
-        cpu, memory, shm = 4, 4 + 2.5 * share, 1
+        cpu, memory, shm = 4, 4 + 2.5 * share, math.ceil(1 + stubs_gib)
     else:
         g = ctx.layout.gpus_per_pod
-        cpu, memory, shm = 2 + 2 * g, 6 + 2 * g + 1.25 * share, 1 + g
+        cpu, memory, shm = 2 + 2 * g, 6 + 2 * g + 1.25 * share, math.ceil(1 + g + stubs_gib)
     startup = ctx.spec.startup_timeout_s or int(min(3600, max(600, 300 + 10 * share)))
     return {"cpu": str(cpu), "memory_gib": math.ceil(memory), "shm_gib": shm, "startup_s": startup,
             "model_volume_gib": math.ceil(share * 1.25 + 2)}
@@ -866,9 +875,22 @@ def _dashboard_configmap(ctx: _Ctx) -> dict[str, Any]:
             "data": {f"{ctx.name}.json": json.dumps(dashboard(ctx), indent=2, ensure_ascii=False) + "\n"}}
 
 
+def python_stub_count(repo: Path) -> int:
+    """Python-backend instances of a rendered repository: the stub processes Triton starts for it."""
+    from pipeline.render import parse_model_config
+
+    count = 0
+    for config_path in sorted(Path(repo).glob("*/config.pbtxt")):
+        config = parse_model_config(config_path)
+        if config.backend == "python":
+            count += sum(group.count or 1 for group in config.instance_group) or 1
+    return count
+
+
 def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 0,
-                     bundle_hash: str = "") -> dict[str, list[dict[str, Any]]]:
-    """File name -> documents, in the order kustomization.yaml lists them. Pure: writes nothing."""
+                     bundle_hash: str = "", python_stubs: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """File name -> documents, in the order kustomization.yaml lists them. Pure: writes nothing.
+    python_stubs sizes /dev/shm (python_stub_count of the bundle)."""
     gpu = get_gpu(profile.gpu)
     if gpu.is_cpu != (profile.runtime == "reference"):
         raise UnsupportedError(f"Profile {profile.name} pairs runtime {profile.runtime} with GPU {profile.gpu}.",
@@ -878,7 +900,7 @@ def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 
                                hint="Add its GPU Feature Discovery product label to pipeline/data/gpus.json.")
     layout = plan_layout(profile, gpu, spec.gpus_per_node)
     name = spec.name or default_name(profile)
-    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes, bundle_hash)
+    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes, bundle_hash, python_stubs)
     files: dict[str, list[dict[str, Any]]] = {"serviceaccount.yaml": [_service_account(ctx)]}
     if ctx.lws:
         files.update(_lws_extras(ctx))
@@ -1002,7 +1024,8 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     size = engine_bytes(engine_dir)
     bundle_dir = bundle_for(spec, engine_dir, profile)
     bundle_hash = str((read_manifest(bundle_dir) or {}).get("inputs_hash") or "")
-    files = render_manifests(profile, spec, size_bytes=size, bundle_hash=bundle_hash)
+    files = render_manifests(profile, spec, size_bytes=size, bundle_hash=bundle_hash,
+                             python_stubs=python_stub_count(bundle_dir))
     problems = validate_files(files)
     if problems:  # a bug in the renderer, never the user's input: say exactly what
         raise RuntimeError("Rendered manifests failed validation:\n" + "\n".join(problems))

@@ -153,3 +153,26 @@ def test_bls_stubs_are_bounded_for_throughput_engines(tmp_path: Path) -> None:
     instances = bls.instance_group[0].count
     concurrency = int(bls.parameters["bls_concurrency"].string_value)
     assert instances <= 4 and concurrency == 1536  # any one instance may get every request
+
+
+def test_dev_shm_is_sized_for_the_python_stubs_the_repository_starts(tmp_path: Path) -> None:
+    """Each Python-backend instance maps its own /dev/shm region (python_backend src/python_be.cc): the
+    manifests budget one per stub the bundle starts, so the bounded BLS keeps /dev/shm small."""
+    from pipeline.k8s import PYTHON_STUB_SHM_BYTES, K8sSpec, python_stub_count, render_manifests
+    from pipeline.profiles import BuildProfile
+
+    result = render(RenderSpec(engine=engine_from_flags(tmp_path, "h100", "fp8", "fp8", max_batch_size=1536),
+                               out=tmp_path / "repo"))
+    stubs = python_stub_count(result.repo)
+    assert stubs == 1 + 1 + 4  # preprocessing, postprocessing, 4 BLS instances (tensorrt_llm is C++)
+    profile = BuildProfile(model="demo", model_revision="rev0", runtime="tensorrtllm", gpu="h100-sxm", quant="fp8")
+
+    def shm_gib(count: int) -> int:
+        spec = K8sSpec(profile_id=profile.id, model_store="image", image="registry.example/triton:1")
+        files = render_manifests(profile, spec, python_stubs=count)
+        pod = next(doc for docs in files.values() for doc in docs if doc.get("kind") == "Deployment")
+        volume = next(v for v in pod["spec"]["template"]["spec"]["volumes"] if v["name"] == "dshm")
+        return int(volume["emptyDir"]["sizeLimit"].removesuffix("Gi"))
+
+    assert shm_gib(stubs) == 3  # 1 GiB base + 1 per GPU + 6 x 64 MiB, rounded up
+    assert shm_gib(2 + 1536) >= (2 + 1536) * PYTHON_STUB_SHM_BYTES / (1 << 30)  # one BLS stub per slot: ~96 GiB
