@@ -94,7 +94,9 @@ def load_hf_model(hf_dir: Path | str, dtype: str = "float16", placement: Placeme
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(folder, **from_pretrained_kwargs(dtype, placement))
+        kwargs = from_pretrained_kwargs(dtype, placement)
+        kwargs.pop("trust_remote_code")  # stated at the call itself, where the security audit reads it
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise StageFailedError(
             f"Could not load the checkpoint in {folder}: {error}",
