@@ -307,6 +307,7 @@ def bls_instances(spec: RenderSpec, max_batch_size: int) -> tuple[int, int]:
 def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer: Path, build_config: dict,
                      features: EngineFeatures) -> dict:
     max_batch_size = int(build_config["max_batch_size"])
+    bls_count, bls_concurrency = bls_instances(spec, max_batch_size)
     reuse = features.kv_cache_reuse
     parameters = {
         "max_beam_width": str(int(build_config.get("max_beam_width", 1))),
@@ -359,8 +360,8 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "skip_special_tokens": "true",
         "preprocessing_instance_count": spec.instances,
         "postprocessing_instance_count": spec.instances,
-        "bls_instance_count": bls_instances(spec, max_batch_size)[0],
-        "bls_concurrency": bls_instances(spec, max_batch_size)[1],
+        "bls_instance_count": bls_count,
+        "bls_concurrency": bls_concurrency,
         "accumulate_tokens": "false",
         "tensorrt_llm_parameters": parameters,
     }
