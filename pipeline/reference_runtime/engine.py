@@ -1,11 +1,14 @@
 """ReferenceEngine: one transformers continuous-batching manager shared by every request of the
 `tensorrt_llm` model instance, plus the TensorRT-LLM request semantics the manager lacks.
 
-The manager schedules, batches (in-flight) and owns the paged KV cache. This class adds:
-validation against the engine limits, per-request sampling (sampling.RequestSampler), end ids,
-stop words (the request is cancelled in the manager as soon as its output ends with one, which
-frees its KV blocks), cancellation, log-probs and the perf-metric timestamps. Results reach the
-caller through a callback per request, called from one dispatcher thread.
+The manager batches (in-flight) and owns the paged KV cache. This class adds: the cache size from
+a budget and admission by TensorRT-LLM's scheduler policies (kv_cache.py: a request waits in a FIFO
+queue until a batch slot, and under guaranteed_no_evict the KV blocks for its whole length, are
+free), validation against the engine limits, per-request sampling (sampling.RequestSampler), end
+ids, stop words (the request is cancelled in the manager as soon as its output ends with one, which
+frees its KV blocks), cancellation, log-probs, the perf-metric timestamps and the runtime's own
+counters (stats(): slots, queue, KV blocks). Results reach the caller through a callback per
+request, called from one dispatcher thread.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pipeline.reference_runtime.attention import install as install_per_request_attention
+from pipeline.reference_runtime.kv_cache import (Admission, Batching, KvCacheError, KvCachePlan, SchedulerPolicy,
+                                                 blocks_for, kv_bytes_per_token, plan_kv_cache)
 from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
 from pipeline.reference_runtime.words import ends_with_any
 
@@ -40,8 +47,12 @@ class EngineLimits:
     max_num_tokens: int = 8192
     tokens_per_block: int = 32
     max_tokens_in_paged_kv_cache: int | None = None
+    kv_cache_free_mem_fraction: float = 0.9
     enable_kv_cache_reuse: bool = False
-    max_queue_size: int = 0
+    max_queue_size: int = 0  # requests waiting for a slot or KV blocks; 0: no limit
+    scheduler_policy: SchedulerPolicy = "guaranteed_no_evict"
+    batching: Batching = "inflight"
+    cancellation_check_period_ms: int = 100
 
     @classmethod
     def from_build_config(cls, build_config: dict, **overrides) -> "EngineLimits":
@@ -91,6 +102,9 @@ class _Active:
     slot: int
     is_cancelled: Callable[[], bool] | None
     arrival_ns: int
+    blocks: int  # KV blocks of its worst case (prompt + max_new_tokens)
+    end_ids: tuple[int, ...] = ()
+    started: bool = False  # handed to the batching manager (else waiting in the admission queue)
     seen: int = 0
     tokens: list[int] = field(default_factory=list)
     first_token_ns: int = 0
@@ -98,6 +112,24 @@ class _Active:
     # Held while anything touches the request's response sender: Triton deletes the response factory once
     # the final response is sent, and is_cancelled() on a deleted factory crashes tritonserver (2.51).
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+@dataclass(frozen=True)
+class RuntimeStats:
+    """The runtime's own counters (the tensorrt_llm model reports them as nv_trt_llm_* metrics)."""
+
+    active: int  # requests in the batching manager (batch slots in use)
+    waiting: int  # requests queued for a slot or KV blocks
+    max_active: int  # max_batch_size
+    kv_blocks_max: int
+    kv_blocks_used: int  # blocks the manager's cache has handed out
+    kv_blocks_reserved: int  # worst-case blocks held for started requests (guaranteed_no_evict)
+    tokens_per_block: int
+    finished: int  # requests ended since load (any reason)
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return max(0, self.kv_blocks_max - self.kv_blocks_used)
 
 
 class ReferenceEngine:
@@ -117,6 +149,12 @@ class ReferenceEngine:
         self.limits = limits
         self.sampler = RequestSampler()
         torch.set_num_threads(intra_op_threads())
+        # Continuous batching runs attention over the whole batch at once with a block-diagonal mask; with a mask,
+        # transformers' sdpa path copies K/V for every query head (repeat_kv) unless told that torch's own GQA
+        # handles masks, as it does on the CPU. Same numbers, about half the attention time of a decode step
+        # (scripts/bench_runtime.py). Read at every call, in this process only (the Triton stub of this model).
+        os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+        install_per_request_attention()  # a step prefilling several prompts: each attends to its own keys only
         # "sdpa": transformers 5.24 switches it to its paged form itself and warns that the
         # "paged|sdpa" spelling is deprecated.
         quant, kv_cache = simulated_quant
@@ -132,19 +170,20 @@ class ReferenceEngine:
                      "in %.1f s", quant, kv_cache, SIMULATION_CALIB_SIZE, time.monotonic() - started)
         self.default_end_id = default_end_id if default_end_id is not None else _first(model.generation_config.eos_token_id)
         model._get_logits_processor = lambda _config: LogitsProcessorList([self.sampler])  # our sampler, their scheduler
-        kv_tokens = limits.max_tokens_in_paged_kv_cache or limits.max_batch_size * limits.max_seq_len
+        self.kv_plan = self._plan_kv_cache(model, limits)
         cb_config = ContinuousBatchingConfig(
             page_size=limits.tokens_per_block,
-            num_blocks=max(1, math.ceil(kv_tokens / limits.tokens_per_block)),
+            num_blocks=self.kv_plan.blocks,
             max_batch_tokens=limits.max_num_tokens,
             max_requests_per_batch=limits.max_batch_size,
             allow_block_sharing=limits.enable_kv_cache_reuse,
             use_cuda_graph=False,
             use_async_batching=False,
-            max_queue_size=limits.max_queue_size,
+            max_queue_size=0,  # requests reach the manager only when admitted (self._admission), never to wait there
         )
         generation_config = GenerationConfig(
-            do_sample=True,  # the sampler hands over one-hot rows, so the draw returns its choice
+            do_sample=False,  # the sampler hands over one-hot rows: argmax returns its choice (a multinomial draw over
+            # [batch, vocab] rows cost ~5% of a decode step and returned the same token)
             max_new_tokens=limits.max_seq_len,
             eos_token_id=self.default_end_id if self.default_end_id is not None else -1,
             pad_token_id=self.default_end_id,
@@ -156,11 +195,34 @@ class ReferenceEngine:
         self._manager.start()
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
+        self._admission = Admission(total_blocks=self.kv_plan.blocks, max_active=limits.max_batch_size,
+                                    policy=limits.scheduler_policy, batching=limits.batching)
+        self._finished = 0
         self._ids = itertools.count()
         self._running = True
         self._perf0, self._wall0 = time.perf_counter(), time.time_ns()
+        LOG.info("KV cache %d blocks x %d tokens = %d tokens (%.1f MiB), from %s; scheduler %s, "
+                 "%s batching, up to %d requests at once%s", self.kv_plan.blocks, self.kv_plan.tokens_per_block,
+                 self.kv_plan.tokens, self.kv_plan.bytes / 2**20, self.kv_plan.source, limits.scheduler_policy,
+                 "static (V1)" if limits.batching == "static" else "in-flight", limits.max_batch_size,
+                 f", at most {limits.max_queue_size} waiting" if limits.max_queue_size else "")
         self._dispatcher = threading.Thread(target=self._dispatch, name="reference-dispatch", daemon=True)
         self._dispatcher.start()
+
+    @staticmethod
+    def _plan_kv_cache(model, limits: EngineLimits) -> KvCachePlan:
+        from pipeline.resources import free_ram_bytes
+
+        dtype_bytes = model.dtype.itemsize if hasattr(model.dtype, "itemsize") else 4
+        try:
+            return plan_kv_cache(tokens_per_block=limits.tokens_per_block,
+                                 bytes_per_token=kv_bytes_per_token(model.config, dtype_bytes),
+                                 max_batch_size=limits.max_batch_size, max_seq_len=limits.max_seq_len,
+                                 free_memory_bytes=free_ram_bytes(), free_fraction=limits.kv_cache_free_mem_fraction,
+                                 max_tokens=limits.max_tokens_in_paged_kv_cache)
+        except KvCacheError as error:
+            raise KvCacheError(f"{error} Raise max_tokens_in_paged_kv_cache or kv_cache_free_gpu_mem_fraction, "
+                               "or free host memory.") from None
 
     # -- public ------------------------------------------------------------------------------------
     def validate(self, request: GenerationRequest) -> None:
@@ -181,45 +243,58 @@ class ReferenceEngine:
                 f"{prompt + request.max_new_tokens} exceeds this engine's max_seq_len {self.limits.max_seq_len}. "
                 "Ask for fewer output tokens or build the engine with a larger max_seq_len."
             )
+        plan = getattr(self, "kv_plan", None)
+        if plan is not None and blocks_for(prompt + request.max_new_tokens, plan.tokens_per_block) > plan.blocks:
+            raise RequestError(
+                f"Prompt ({prompt} tokens) + request_output_len ({request.max_new_tokens}) needs "
+                f"{blocks_for(prompt + request.max_new_tokens, plan.tokens_per_block) * plan.tokens_per_block} tokens "
+                f"of KV cache, more than this runtime's whole cache ({plan.tokens} tokens, from {plan.source}). "
+                "Ask for fewer tokens, or raise max_tokens_in_paged_kv_cache / kv_cache_free_gpu_mem_fraction."
+            )
 
     def submit(
         self, request: GenerationRequest, callback: Callback, *, is_cancelled: Callable[[], bool] | None = None
     ) -> str:
-        """Queue a request; callback gets GenerationEvents (the last has finished=True). Raises RequestError."""
+        """Queue a request; callback gets GenerationEvents (the last has finished=True). Raises RequestError when
+        the request is refused outright (invalid, queue full, shutting down); it starts once admitted."""
         self.validate(request)
+        if not self._running:
+            raise RequestError("The reference runtime is shutting down and accepts no new requests.")
         end_id = self.default_end_id if request.end_id is None else request.end_id
         end_ids = () if end_id is None or end_id < 0 else (int(end_id),)
-        options = SamplingOptions(**{**request.sampling.__dict__, "end_ids": end_ids})
-        slot = self.sampler.register(options, request.input_ids)
+        blocks = blocks_for(len(request.input_ids) + request.max_new_tokens, self.kv_plan.tokens_per_block)
         request_id = f"ref-{next(self._ids)}"
-        active = _Active(request, callback, slot, is_cancelled, time.time_ns())
         with self._lock:
-            self._active[request_id] = active
-        try:
-            accepted = self._manager.add_request(
-                list(request.input_ids),
-                request_id=request_id,
-                max_new_tokens=request.max_new_tokens,
-                streaming=True,  # always: stop words and cancellation are checked per token
-                record_timestamps=False,
-                eos_token_id=list(end_ids) or [-1],
-                slot=slot,
-            )
-        except Exception as error:  # queue full (backpressure) or a stopped manager
-            self._forget(request_id)
-            raise RequestError(f"The reference runtime could not queue the request: {error or type(error).__name__}.")
-        if accepted is None:
-            self._forget(request_id)
-            raise RequestError("The reference runtime is shutting down and accepts no new requests.")
+            if self.limits.max_queue_size and self._admission.waiting >= self.limits.max_queue_size:
+                raise RequestError(
+                    f"The reference runtime's queue is full: {self._admission.waiting} requests already wait for a "
+                    f"batch slot or KV-cache blocks (max_queue_size {self.limits.max_queue_size}). Retry later.")
+            options = SamplingOptions(**{**request.sampling.__dict__, "end_ids": end_ids})
+            slot = self.sampler.register(options, request.input_ids)
+            self._active[request_id] = _Active(request, callback, slot, is_cancelled, time.time_ns(), blocks, end_ids)
+            self._admission.queue(request_id, blocks)
+        self._start_admitted()
         return request_id
 
-    def cancel(self, request_id: str) -> None:
+    def cancel(self, request_id: str) -> bool:
+        """End a request (its final event says "cancelled"); False when it is not running or waiting."""
         active = self._active.get(request_id)
-        if active is not None:
-            self._finish(request_id, active, "cancelled", cancel_in_manager=True)
+        if active is None:
+            return False
+        self._finish(request_id, active, "cancelled", cancel_in_manager=True)
+        return True
 
     def active_count(self) -> int:
         return len(self._active)
+
+    def stats(self) -> RuntimeStats:
+        with self._lock:
+            active, waiting = self._admission.active, self._admission.waiting
+            reserved, finished = self._admission.reserved_blocks, self._finished
+        return RuntimeStats(active=active, waiting=waiting, max_active=self.limits.max_batch_size,
+                            kv_blocks_max=self.kv_plan.blocks, kv_blocks_used=self._manager_blocks_used(),
+                            kv_blocks_reserved=reserved, tokens_per_block=self.kv_plan.tokens_per_block,
+                            finished=finished)
 
     def close(self) -> None:
         self._running = False
@@ -230,17 +305,54 @@ class ReferenceEngine:
         except Exception:  # noqa: BLE001 - best effort at shutdown
             LOG.exception("stopping the continuous batching manager failed")
 
+    # -- admission ---------------------------------------------------------------------------------
+    def _start_admitted(self) -> None:
+        """Hand every request the admission policy lets start to the batching manager (any thread)."""
+        with self._lock:
+            ready = [(rid, self._active[rid]) for rid in self._admission.ready() if rid in self._active]
+            for _, active in ready:
+                active.started = True
+        for request_id, active in ready:
+            with active.lock:  # a cancel either comes first (then it never starts) or reaches the manager after it
+                if active.done:
+                    continue
+                try:
+                    accepted = self._manager.add_request(
+                        list(active.request.input_ids),
+                        request_id=request_id,
+                        max_new_tokens=active.request.max_new_tokens,
+                        streaming=True,  # always: stop words and cancellation are checked per token
+                        record_timestamps=False,
+                        eos_token_id=list(active.end_ids) or [-1],
+                        slot=active.slot,
+                    )
+                    error = None if accepted is not None else "the batching manager is not running"
+                except Exception as failure:  # noqa: BLE001 - a stopped manager
+                    error = str(failure) or type(failure).__name__
+                if error is not None:
+                    self._finish(request_id, active, "error", cancel_in_manager=False,
+                                 error=f"The reference runtime could not start the request: {error}.")
+
+    def _manager_blocks_used(self) -> int:
+        """KV blocks the manager's cache has handed out (its free capacity, read without a lock: a gauge)."""
+        cache = getattr(getattr(self._manager, "batch_processor", None), "cache", None)
+        if cache is None:
+            return 0
+        free = cache.compute_free_capacity(relative=True)
+        return max(0, min(self.kv_plan.blocks, round(self.kv_plan.blocks * (1.0 - free))))
+
     # -- dispatcher --------------------------------------------------------------------------------
     def _dispatch(self) -> None:
+        period = max(0.001, self.limits.cancellation_check_period_ms / 1000.0)
         last_check = time.monotonic()
         while self._running:
-            output = self._manager.get_result(timeout=0.05)
+            output = self._manager.get_result(timeout=min(0.05, period))
             if output is not None:
                 try:
                     self._on_output(output)
                 except Exception:  # noqa: BLE001 - one bad request must not stop the dispatcher
                     LOG.exception("handling output of %s failed", getattr(output, "request_id", "?"))
-            if time.monotonic() - last_check > 0.05:
+            if time.monotonic() - last_check > period:
                 last_check = time.monotonic()
                 self._check_cancellations()
             if output is None and not self._manager.is_running() and self._running:
@@ -279,10 +391,9 @@ class ReferenceEngine:
         new = generated[active.seen:]
         active.seen = len(generated)
         reason = None
-        end_ids = self.sampler.state(active.slot).options.end_ids if self.sampler.state(active.slot) else ()
         added: list[int] = []
         for token in new:
-            if token in end_ids:
+            if token in active.end_ids:
                 reason = "end_id"
                 break
             active.tokens.append(token)
@@ -319,10 +430,12 @@ class ReferenceEngine:
             if active.done:
                 return
             active.done = True
-            if cancel_in_manager:
+            if active.started and cancel_in_manager:
                 self._manager.cancel_request(request_id)
                 LOG.info("request %s ended (%s) after %d tokens; cancelled in the batching manager, its KV-cache "
                          "blocks are released", request_id, reason, len(active.tokens))
+            elif not active.started and reason == "cancelled":
+                LOG.info("request %s ended (cancelled) while waiting for a batch slot or KV-cache blocks", request_id)
             event = self._event(active, new_tokens, True, reason, scheduled, error)
             try:
                 active.callback(event)
@@ -333,8 +446,16 @@ class ReferenceEngine:
     def _forget(self, request_id: str) -> None:
         with self._lock:
             active = self._active.pop(request_id, None)
+            if active is not None:
+                self._finished += 1
+                if active.started:
+                    self._admission.release(request_id)
+                else:
+                    self._admission.drop(request_id)
         if active is not None:
             self.sampler.release(active.slot)
+            if self._running:
+                self._start_admitted()  # its slot (and blocks) may let a waiting request start
 
     def _fail_all(self, message: str) -> None:
         for request_id, active in list(self._active.items()):

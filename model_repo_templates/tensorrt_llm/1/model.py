@@ -4,10 +4,18 @@ Rendered only for `--runtime reference` (the `tensorrtllm` runtime uses the C++ 
 model.py). The work is done by pipeline.reference_runtime (transformers' continuous batching with a
 paged KV cache); this file maps Triton tensors to requests and events back to responses.
 
+Parameters: read by pipeline.reference_runtime.settings (batching type, scheduler policy, KV-cache
+budget, chunked context, KV reuse, check periods); what is honoured and what is ignored (and why) is
+logged once at load into the server log. Both transaction policies answer through the response
+sender, so `execute` returns at once: in-flight batching either way, and a `stop` reaches the
+requests it targets while they run. The runtime's counters are Prometheus metrics under the C++
+backend's names (nv_trt_llm_request_metrics, nv_trt_llm_kv_cache_block_metrics).
+
 Supported inputs: input_ids, input_lengths, request_output_len, end_id, pad_id, stop_words_list,
 bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, streaming,
 exclude_input_in_output, return_log_probs, return_perf_metrics, stop (with the request id of
-a running request: cancels it, as the C++ backend does), return_num_input_tokens,
+running requests: cancels every one that carries it; an id with nothing running is answered with an
+error saying so, where the C++ backend answers an empty success), return_num_input_tokens,
 return_num_output_tokens, and beam_width / num_return_sequences equal to 1. len_penalty,
 early_stopping and beam_search_diversity_rate only act on beam search and are accepted and ignored.
 Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
@@ -35,6 +43,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline.reference_runtime.engine import EngineLimits, GenerationRequest, ReferenceEngine, RequestError
+from pipeline.reference_runtime.kv_cache import KvCacheError
+from pipeline.reference_runtime.settings import SettingsError, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
 from pipeline.reference_runtime.words import from_word_list
 
@@ -56,7 +66,6 @@ UNSUPPORTED = {
     "guided_decoding_guide": None, "lookahead_window_size": None, "lookahead_ngram_size": None,
     "lookahead_verification_set_size": None, "beam_width": 1, "num_return_sequences": 1,
 }
-_TRUE = {"true", "1", "t", "y", "yes"}
 
 
 def _param(parameters, key, default=None):
@@ -107,48 +116,52 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{engine_dir} is not a reference-runtime engine folder; render with --runtime tensorrtllm for TensorRT engines"
             )
-        max_tokens = _param(parameters, "max_tokens_in_paged_kv_cache")
+        try:
+            settings = read_settings(parameters)
+        except SettingsError as error:
+            raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         queue = self.model_config.get("dynamic_batching", {}).get("default_queue_policy", {})
         limits = EngineLimits.from_build_config(
             engine_config["build_config"],
-            max_tokens_in_paged_kv_cache=int(max_tokens) if max_tokens else None,
-            enable_kv_cache_reuse=str(_param(parameters, "enable_kv_cache_reuse", "false")).lower() in _TRUE,
+            max_tokens_in_paged_kv_cache=settings.max_tokens_in_paged_kv_cache,
+            kv_cache_free_mem_fraction=settings.kv_cache_free_mem_fraction,
+            enable_kv_cache_reuse=settings.enable_kv_cache_reuse,
             max_queue_size=int(queue.get("max_queue_size", 0) or 0),
+            scheduler_policy=settings.scheduler_policy,
+            batching=settings.batching,
+            cancellation_check_period_ms=settings.cancellation_check_period_ms,
         )
         self.tokens_per_block = limits.tokens_per_block
-        self.exclude_input_default = str(_param(parameters, "exclude_input_in_output", "false")).lower() in _TRUE
+        self.exclude_input_default = settings.exclude_input_in_output
+        for line in settings.honoured:
+            logger.info("honours %s", line)
+        for line in settings.ignored:
+            logger.warning("ignores %s", line)
         simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
-        self.engine = ReferenceEngine(engine_dir / "model", limits,
-                                      simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse
-        # an id: a stop then cancels every running request that carries it, as the C++ backend does.
+        try:
+            self.engine = ReferenceEngine(engine_dir / "model", limits,
+                                          simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
+        except KvCacheError as error:
+            raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
+        # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse an id:
+        # every request is served, and a stop cancels every running request that carries the id.
         self.running = {}
         self.running_lock = threading.Lock()
+        self.metrics = _RuntimeMetrics(self.engine, args.get("model_name", "tensorrt_llm"),
+                                       args.get("model_version", "1"), settings.stats_check_period_ms / 1000.0)
 
     def execute(self, requests):
-        if self.decoupled:
-            for request in requests:
-                self._start(request, request.get_response_sender())
-            return None
-        done, results = [], []
+        # Both transaction policies answer through each request's response sender (the Python backend allows it
+        # in the default mode since 24.06, exactly one final response per request), so execute returns at once:
+        # requests join the running batch, and a `stop` is handled while the requests it targets still run.
         for request in requests:
-            finished = threading.Event()
-            holder = {}
-            self._start(request, _Collector(holder, finished))
-            done.append(finished)
-            results.append(holder)
-        for finished in done:
-            finished.wait()
-        return [holder["response"] for holder in results]
+            self._start(request, request.get_response_sender())
+        return None
 
     def _start(self, request, sender):
         triton_id = request.request_id()
         if _scalar(request, "stop", bool, False):
-            with self.running_lock:
-                targets = list(self.running.get(triton_id, ()))
-            for engine_id in targets:
-                self.engine.cancel(engine_id)
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self._stop(triton_id, sender)
             return
         try:
             input_ids = _array(request, "input_ids")
@@ -163,9 +176,42 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
+        if triton_id:
+            with self.running_lock:
+                already = len(self.running.get(triton_id, ()))
+            if already:
+                logging.getLogger("pipeline.reference_runtime").warning(
+                    "request id %r is already in use by %d running request(s): each is served on its own, and a "
+                    "stop with this id cancels all of them", triton_id, already)
         shared = _BatchSender(sender, batch)
         for row, parsed in enumerate(rows):
             self._submit(request, triton_id, row if batch > 1 else None, parsed, shared)
+
+    def _stop(self, triton_id, sender):
+        """A `stop` request: cancel every running request with this client request id. As the C++ backend
+        (model_instance_state.cc handleStopRequest) a stop without an id is an error; unlike it, a stop that
+        finds nothing to cancel says so (an error naming the id) instead of an empty success."""
+        log = logging.getLogger("pipeline.reference_runtime")
+        if not triton_id:
+            error = "Trying to stop a request but request ID is not provided: send the id of the request to stop."
+        else:
+            with self.running_lock:
+                targets = list(self.running.get(triton_id, ()))
+            stopped = sum(1 for engine_id in targets if self.engine.cancel(engine_id))
+            if stopped:
+                log.info("stop %r: cancelled %d running request(s)", triton_id, stopped)
+                error = None
+            else:
+                log.info("stop %r: no running request has this id; nothing cancelled", triton_id)
+                error = (f"stop: no running request has id {triton_id!r} (it finished, was stopped already, or was "
+                         "never sent); nothing was cancelled.")
+        if error is not None:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        elif self.decoupled:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:  # the default mode needs one response: an empty one, as the C++ backend sends
+            sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _submit(self, request, triton_id, batch_index, parsed, sender):
         job, streaming, exclude_input, flags = parsed
@@ -293,6 +339,7 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self):
+        self.metrics.close()
         self.engine.close()
 
 
@@ -330,14 +377,50 @@ class _BatchSender:
                 self.sender.send(response, flags=flags)
 
 
-class _Collector:
-    """A response sender for the non-decoupled mode: keeps the final response for execute()."""
+class _RuntimeMetrics:
+    """The runtime's own counters (ReferenceEngine.stats) as the C++ backend's Prometheus families
+    (custom_metrics_reporter.cc; ../shared/reference/triton_trtllm_metrics.tsv), refreshed every
+    stats_check_period_ms: nv_trt_llm_request_metrics {active, max, waiting} and
+    nv_trt_llm_kv_cache_block_metrics {max, free, used, tokens_per, fraction}."""
 
-    def __init__(self, holder, finished):
-        self.holder, self.finished = holder, finished
+    def __init__(self, engine, model, version, period_s):
+        self.engine, self.period_s = engine, max(0.01, period_s)
+        labels = {"model": model, "version": str(version)}
+        requests = pb_utils.MetricFamily(name="nv_trt_llm_request_metrics", description="TRT LLM request metrics",
+                                         kind=pb_utils.MetricFamily.GAUGE)
+        blocks = pb_utils.MetricFamily(name="nv_trt_llm_kv_cache_block_metrics",
+                                       description="TRT LLM KV cache block metrics", kind=pb_utils.MetricFamily.GAUGE)
+        self.families = (requests, blocks)
+        self.gauges = {
+            **{f"request_{kind}": requests.Metric(labels={**labels, "request_type": kind})
+               for kind in ("active", "max", "waiting")},
+            **{f"kv_{kind}": blocks.Metric(labels={**labels, "kv_cache_block_type": kind})
+               for kind in ("max", "free", "used", "tokens_per", "fraction")},
+        }
+        self.last = {}
+        self.stopped = threading.Event()
+        self.refresh()
+        self.thread = threading.Thread(target=self._loop, name="reference-metrics", daemon=True)
+        self.thread.start()
 
-    def send(self, response=None, flags=0):
-        if response is not None:
-            self.holder["response"] = response
-        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            self.finished.set()
+    def refresh(self):
+        stats = self.engine.stats()
+        values = {"request_active": stats.active, "request_max": stats.max_active, "request_waiting": stats.waiting,
+                  "kv_max": stats.kv_blocks_max, "kv_free": stats.kv_blocks_free, "kv_used": stats.kv_blocks_used,
+                  "kv_tokens_per": stats.tokens_per_block,
+                  "kv_fraction": stats.kv_blocks_used / stats.kv_blocks_max if stats.kv_blocks_max else 0.0}
+        for key, value in values.items():
+            if self.last.get(key) != value:
+                self.gauges[key].set(value)
+                self.last[key] = value
+
+    def _loop(self):
+        while not self.stopped.wait(self.period_s):
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - metrics must never stop serving
+                logging.getLogger("pipeline.reference_runtime").exception("updating the runtime metrics failed")
+
+    def close(self):
+        self.stopped.set()
+        self.thread.join(timeout=2)
