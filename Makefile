@@ -135,6 +135,12 @@ bundle: $(STAMP)
 smoke: $(STAMP)
 	$(PIPE) smoke --url $(URL) --model $(SMOKE_MODEL)
 
+# bench-runtime: the reference runtime's continuous batching against transformers' static batch-8 generate, in
+# rounds on one machine (targets: c=8 >= 3.5x c=1 and >= 0.85x static; exit 4 when missed) -> $(BUILD_DIR)/reports/bench-runtime.json
+.PHONY: bench-runtime
+bench-runtime: $(STAMP)
+	$(BIN)/python scripts/bench_runtime.py --build-dir $(BUILD_DIR)
+
 .PHONY: bench-convert
 bench-convert: $(STAMP)   ## wall time and peak memory of each convert format -> build/<model>/reports/convert-bench.{json,png}
 	$(BIN)/python scripts/bench_convert.py --model $(MODEL)
