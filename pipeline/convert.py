@@ -2,6 +2,9 @@
 (`build/<model>/checkpoints/<ckpt-id>/`: config.json, one rank<N>.safetensors per tp x pp rank,
 manifest.json), quantized with NVIDIA ModelOpt and written by ModelOpt's
 `export_tensorrt_llm_checkpoint`, the same path as TensorRT-LLM's own quantize script.
+With `format="hf"` it becomes a ModelOpt unified HF checkpoint for TensorRT-LLM's PyTorch backend
+instead (`checkpoints/hf-<...>/`, written by `export_hf_checkpoint`; see pipeline.hf_export), from
+the same quantization, pre-checks and manifest.
 
 Everything that can be refused is refused before the model is loaded: an unknown GPU, a precision
 the GPU cannot run, a dtype that contradicts the format, tp/pp that do not split the model, an
@@ -24,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import MANIFEST_NAME, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.calibration import DEFAULT_CALIB_SIZE, CalibrationSet, load_calibration
+from pipeline.deployable import HF_FORMAT, TRTLLM_FORMAT
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.gpus import check_precision, get_gpu
 from pipeline.hf_compat import RopeSettings, causal_lm_class, read_json_object, resolved_rope
@@ -83,6 +87,7 @@ class ConvertSpec(BaseModel):
     device: Device = Field("auto", description="auto: the GPUs when the model fits them, else the CPU (with a warning)")
     force: bool = False
     root: Optional[Path] = None
+    format: str = Field("trtllm", description="trtllm: TensorRT-LLM checkpoint; hf: ModelOpt unified HF checkpoint")
 
 
 class ConvertResult(BaseModel):
@@ -106,6 +111,7 @@ class ConvertResult(BaseModel):
     duration_s: float
     peak_rss_mb: Optional[float] = None
     device: Optional[str] = None  # where the model ran ("cpu" / "cuda"); None for a no-op
+    format: str = "trtllm"
 
 
 class _Plan(BaseModel):
@@ -113,6 +119,7 @@ class _Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
+    format: str
     fmt: QuantFormat
     kv: KvCacheFormat
     dtype: Dtype
@@ -154,7 +161,14 @@ def convert(spec: ConvertSpec) -> ConvertResult:
                 f"ModelOpt could not convert {plan.model} to {plan.fmt.name}: {type(error).__name__}: {error}",
                 hint="Re-run with --debug for the traceback" + (f"; ModelOpt said: {' | '.join(tail)}" if tail else "."),
             ) from error
-        config, fixes = _finish_config(tmp / "config.json", plan)
+        if plan.format == HF_FORMAT:
+            from pipeline import hf_export
+
+            quantization, fixes = hf_export.finish(tmp, plan.hf_dir, plan.fmt, plan.kv, plan.dtype, plan.awq_block)
+            quantization = quantization or {}
+        else:
+            config, fixes = _finish_config(tmp / "config.json", plan)
+            quantization = config["quantization"]
         manifest = build_manifest(
             stage="convert",
             inputs=plan.inputs,
@@ -163,6 +177,7 @@ def convert(spec: ConvertSpec) -> ConvertResult:
             started=started,
             packages=_PACKAGES,
             extra={
+                "format": plan.format,
                 "model": plan.model,
                 "ckpt_id": plan.ckpt_id,
                 "hf_dir": str(plan.hf_dir),
@@ -171,8 +186,8 @@ def convert(spec: ConvertSpec) -> ConvertResult:
                 "tp": spec.tp,
                 "pp": spec.pp,
                 "dtype": plan.dtype,
-                "quant_algo": config["quantization"].get("quant_algo"),
-                "kv_cache_quant_algo": config["quantization"].get("kv_cache_quant_algo"),
+                "quant_algo": quantization.get("quant_algo"),
+                "kv_cache_quant_algo": quantization.get("kv_cache_quant_algo"),
                 "decoder_type": plan.decoder_type,
                 "config_fixes": fixes,
                 "awq_block_size": plan.awq_block,
@@ -193,8 +208,13 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
 
     A download source is fetched (or found already fetched) here; that is the download stage's own
     no-op-or-work."""
+    from pipeline import hf_export
+
+    checkpoint_format = hf_export.checkpoint_format(spec.format)
     fmt = quant_format(spec.quant)
     kv = kv_cache_format(spec.kv_cache)
+    if checkpoint_format == HF_FORMAT:
+        hf_export.check_hf_request(fmt, kv, spec.tp, spec.pp)
     if spec.gpu is not None:
         check_precision(get_gpu(spec.gpu), fmt, kv)
     dtype = _resolve_dtype(fmt, spec.dtype)
@@ -212,7 +232,8 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
     from pipeline.checkpoint_keys import preflight
 
     rope = resolved_rope(hf_dir, hf_config)
-    preflight(_architecture_of(hf_config) or "", hf_config, rope)
+    if checkpoint_format == TRTLLM_FORMAT:  # what TensorRT-LLM's checkpoint classes reject
+        preflight(_architecture_of(hf_config) or "", hf_config, rope)
     _check_parallel(hf_config, spec.tp, spec.pp)
     awq_block = None
     if "awq" in fmt.name:
@@ -238,11 +259,14 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
         "converter": CONVERTER_VERSION,
         "modelopt": _package_version("nvidia-modelopt"),
     }
+    if checkpoint_format == HF_FORMAT:  # absent = trtllm, so trtllm checkpoint ids stay as they were
+        inputs.update({"format": HF_FORMAT, "hf_export": hf_export.HF_EXPORT_VERSION})
     inputs_hash = sha256_json(inputs)
-    ckpt_id = checkpoint_id(fmt.name, kv.name, spec.tp, spec.pp, inputs_hash)
+    ckpt_id = (hf_export.checkpoint_id(fmt.name, kv.name, inputs_hash) if checkpoint_format == HF_FORMAT
+               else checkpoint_id(fmt.name, kv.name, spec.tp, spec.pp, inputs_hash))
     out = stage_dir(model, "checkpoints", ckpt_id, root=spec.root)
     return _Plan(
-        fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config, rope=rope,
+        format=checkpoint_format, fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config, rope=rope,
         calibration=calibration, awq_block=awq_block, inputs=inputs, inputs_hash=inputs_hash, ckpt_id=ckpt_id, out=out,
     )
 
@@ -485,21 +509,30 @@ def _quantize_and_export(
         )
         timings["quantize"] = round(time.time() - mark, 3)
 
-        progress.update(task, description=f"export tp{spec.tp} pp{spec.pp}", total=None)
+        hf = plan.format == HF_FORMAT
+        progress.update(task, description="export hf" if hf else f"export tp{spec.tp} pp{spec.pp}", total=None)
         mark = time.time()
         import torch
         from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
         del tokenizer
         prepare_for_export(model, on_gpus=placement.device == "cuda")
-        with torch.inference_mode():
-            export_tensorrt_llm_checkpoint(
-                model, plan.decoder_type, torch_dtype(plan.dtype), export_dir=tmp,
-                inference_tensor_parallel=spec.tp, inference_pipeline_parallel=spec.pp,
-            )
+        if hf:
+            from pipeline.hf_export import export
+
+            export(model, torch_dtype(plan.dtype), tmp)
+        else:
+            with torch.inference_mode():
+                export_tensorrt_llm_checkpoint(
+                    model, plan.decoder_type, torch_dtype(plan.dtype), export_dir=tmp,
+                    inference_tensor_parallel=spec.tp, inference_pipeline_parallel=spec.pp,
+                )
         timings["export"] = round(time.time() - mark, 3)
         progress.update(task, description="done", total=1, completed=1)
     del model
+    used = {"batch_size_used": batch_size, "oom_splits": stats.get("splits", 0)}
+    if hf:
+        return timings, used
     expected = spec.tp * spec.pp
     ranks = sorted(tmp.glob("rank*.safetensors"))
     if len(ranks) != expected or not (tmp / "config.json").is_file():
@@ -508,7 +541,7 @@ def _quantize_and_export(
             f"{'a' if (tmp / 'config.json').is_file() else 'no'} config.json.",
             hint="Re-run with --debug; this is a ModelOpt export problem.",
         )
-    return timings, {"batch_size_used": batch_size, "oom_splits": stats.get("splits", 0)}
+    return timings, used
 
 
 def _finish_config(path: Path, plan: _Plan) -> tuple[dict[str, Any], list[str]]:
@@ -580,6 +613,7 @@ def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: fl
         duration_s=round(time.time() - started, 3),
         peak_rss_mb=None if skipped else manifest.get("peak_rss_mb"),
         device=device,
+        format=plan.format,
     )
 
 

@@ -1,4 +1,5 @@
-"""`pipeline convert`: an HF checkpoint (or download source) into a TensorRT-LLM checkpoint."""
+"""`pipeline convert`: an HF checkpoint (or download source) into a TensorRT-LLM checkpoint, or with
+--format hf into a ModelOpt unified HF checkpoint for TensorRT-LLM's PyTorch backend."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ DtypeOpt = Annotated[
     Optional[str], typer.Option("--dtype", help="float16 or bfloat16: unquantized layers and activations (default float16).")
 ]
 
+FormatOpt = Annotated[
+    str,
+    typer.Option("--format", help="trtllm: TensorRT-LLM checkpoint for trtllm-build (default); hf: ModelOpt unified HF "
+                 "checkpoint for TensorRT-LLM's PyTorch backend (fp16, bf16, fp8, nvfp4, int4_awq, w4a8_awq; KV auto or fp8)."),
+]
+
 _DTYPES = ("float16", "bfloat16")
 
 
@@ -60,9 +67,11 @@ def convert(
     dtype: DtypeOpt = None,
     device: DeviceOpt = "auto",
     force: ForceOpt = False,
+    checkpoint_format: FormatOpt = "trtllm",
     json_output: JsonOpt = False,
 ) -> None:
-    """Quantize with NVIDIA ModelOpt and export a TensorRT-LLM checkpoint to build/<model>/checkpoints/<id>/.
+    """Quantize with NVIDIA ModelOpt and export a TensorRT-LLM checkpoint (or, with --format hf, a ModelOpt
+    unified HF checkpoint) to build/<model>/checkpoints/<id>/.
 
     Same inputs again is a no-op; --force redoes it.
     """
@@ -77,7 +86,7 @@ def convert(
     spec = ConvertSpec(
         model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
         calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype,  # type: ignore[arg-type]
-        device=device, force=force,  # type: ignore[arg-type]
+        device=device, force=force, format=checkpoint_format,  # type: ignore[arg-type]
     )
     result = run_convert(spec)
     if result.skipped:
@@ -85,9 +94,10 @@ def convert(
     verb = "kept" if result.skipped else "wrote"
     algo = result.quant_algo or result.dtype
     kv = f", KV {result.kv_cache_quant_algo}" if result.kv_cache_quant_algo else ""
+    files = "HF checkpoint" if result.format == "hf" else f"{result.ranks} rank file(s)"
     OUT.result(
         result,
-        text=f"{verb} {result.model}/{result.ckpt_id}: {algo}{kv}, {result.ranks} rank file(s), "
+        text=f"{verb} {result.model}/{result.ckpt_id}: {algo}{kv}, {files}, "
         f"{result.bytes / (1 << 20):.1f} MiB in {result.duration_s:.1f} s{_where(result.device)} "
         f"-> {result.path}",
     )

@@ -208,3 +208,44 @@ def test_checkpoint_id_is_readable_and_hashed(build_root, smol_like) -> None:
     assert other.ckpt_id != one.ckpt_id, "a different calibration set must make a different checkpoint"
     assert one.out == build_root.resolve() / "smol-like" / "checkpoints" / one.ckpt_id
     assert one.inputs["calibration"]["sha256"] == one.calibration.sha256
+
+
+# ----------------------------------------------------------------------------------------------
+# --format hf (ModelOpt unified HF checkpoint for TensorRT-LLM's PyTorch backend)
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--quant", "int8_sq"], ["--format hf cannot carry --quant int8_sq", "fp16, bf16, fp8, nvfp4, int4_awq, w4a8_awq",
+                              "--format trtllm for int8_sq"]),
+    (["--quant", "int8_wo"], ["--format hf cannot carry --quant int8_wo", "--format trtllm for int8_wo"]),
+    (["--quant", "int4_wo"], ["--format hf cannot carry --quant int4_wo", "int4_awq"]),
+    (["--quant", "fp8", "--kv-cache", "int8"], ["--format hf cannot carry a int8 KV cache", "--kv-cache fp8",
+                                                "--format trtllm for a int8 KV cache"]),
+    (["--quant", "fp16", "--tp", "3"], ["--format hf writes one unsharded checkpoint; --tp 3 --pp 1",
+                                        "`pipeline build --backend pytorch`"]),
+    (["--quant", "fp8", "--pp", "2"], ["--tp 1 --pp 2", "shards the checkpoint when it loads it"]),
+])
+def test_hf_format_refuses_what_the_pytorch_backend_cannot_load(capsys, build_root, smol_like, argv, needles) -> None:
+    refuse(capsys, build_root, ["--model", str(smol_like), "--format", "hf", *argv], *needles)
+
+
+def test_unknown_checkpoint_format(capsys, build_root, smol_like) -> None:
+    refuse(capsys, build_root, ["--model", str(smol_like), "--format", "gguf"], "Unknown --format 'gguf'",
+           "--format trtllm", "--format hf")
+
+
+def test_hf_refusals_come_before_the_source_is_read(capsys, build_root, tmp_path) -> None:
+    # a missing folder would be refused too; the format is refused first, naming what works
+    refuse(capsys, build_root, ["--model", str(tmp_path / "absent"), "--format", "hf", "--quant", "int8_sq"],
+           "--format hf cannot carry --quant int8_sq")
+
+
+def test_hf_checkpoint_identity(build_root, smol_like) -> None:
+    trtllm = plan_convert(ConvertSpec(model=str(smol_like), quant="fp8", kv_cache="fp8"))
+    hf = plan_convert(ConvertSpec(model=str(smol_like), quant="fp8", kv_cache="fp8", format="hf"))
+    assert trtllm.format == "trtllm" and "format" not in trtllm.inputs, "trtllm ids must not change"
+    assert trtllm.ckpt_id == checkpoint_id("fp8", "fp8", 1, 1, trtllm.inputs_hash)
+    assert hf.format == "hf" and hf.inputs["format"] == "hf" and hf.inputs_hash != trtllm.inputs_hash
+    assert hf.ckpt_id == f"hf-fp8-kvfp8-{hf.inputs_hash[:8]}" and hf.out.parent == trtllm.out.parent
+    plain = plan_convert(ConvertSpec(model=str(smol_like), quant="bf16", format="HF"))
+    assert plain.ckpt_id.startswith("hf-bf16-") and plain.dtype == "bfloat16" and plain.calibration is None

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from pipeline.artifacts import read_manifest, sha256_file
-from pipeline.cli import run
+from pipeline.artifacts import read_manifest
 from pipeline.convert import ConvertResult, ConvertSpec, convert
+from convert_cli import convert_twice
 
 pytestmark = pytest.mark.slow
 
@@ -96,23 +95,9 @@ def tiny_llama(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def test_fp16_via_cli_then_rerun_is_a_noop(demo_hf_dir, session_build_root, monkeypatch, capsys) -> None:
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
     argv = ["convert", "--model", str(demo_hf_dir), "--quant", "fp16", "--gpu", "cpu", "--json"]
-    started = time.perf_counter()
-    assert run([*argv, "--force"]) == 0
-    first_s = time.perf_counter() - started
-    first = json.loads(capsys.readouterr().out)  # stdout is pure JSON: ModelOpt's prints are captured
-    out = Path(first["path"])
-    assert first["skipped"] is False and first["ranks"] == 1
-    assert out.parent == session_build_root / first["model"] / "checkpoints"
-    assert first["ckpt_id"].startswith("fp16-tp1-")
-    before = {p.name: (p.stat().st_mtime_ns, sha256_file(p)) for p in out.iterdir()}
-
-    started = time.perf_counter()
-    assert run(argv) == 0
-    again_s = time.perf_counter() - started
-    second = json.loads(capsys.readouterr().out)
-    assert second["skipped"] is True and second["path"] == first["path"]
-    assert {p.name: (p.stat().st_mtime_ns, sha256_file(p)) for p in out.iterdir()} == before
-    assert again_s < first_s / 3, (first_s, again_s)
+    first, out = convert_twice(argv, session_build_root, capsys)
+    assert first["ranks"] == 1 and first["ckpt_id"].startswith("fp16-tp1-")
+    assert first["format"] == "trtllm" and read_manifest(out)["format"] == "trtllm"
 
     config = json.loads((out / "config.json").read_text())
     assert config["architecture"] == "LlamaForCausalLM" and config["dtype"] == "float16"
