@@ -90,10 +90,16 @@ def checkpoint_id(quant: str, kv_cache: str, inputs_hash: str) -> str:
 
 
 def export(model: Any, dtype: Any, out: Path) -> None:
-    """ModelOpt's unified HF export of a (quantized or plain) model into out."""
+    """ModelOpt's unified HF export of a (quantized or plain) model into out.
+
+    A config converted from GGUF has no `architectures`; ModelOpt's export iterates it (TypeError on
+    None) and TensorRT-LLM picks the model class from architectures[0], so it is set to the class
+    transformers loaded."""
     import torch
     from modelopt.torch.export import export_hf_checkpoint
 
+    if not getattr(model.config, "architectures", None):
+        model.config.architectures = [type(model).__name__]
     with torch.inference_mode():
         export_hf_checkpoint(model, dtype=dtype, export_dir=out)
     if not (out / "config.json").is_file() or not any(out.glob("*.safetensors")):

@@ -28,6 +28,7 @@ def read(hf_dir: str, texts_file: str) -> dict:
         "rope_theta": getattr(config, "rope_theta", None),
         "rope_scaling": getattr(config, "rope_scaling", None),
         "architectures": config.architectures,
+        "torch_dtype": str(config.torch_dtype),  # what TensorRT-LLM's ModelConfig.torch_dtype reads
         "tokenizer_class": type(tokenizer).__name__,
         "ids": [tokenizer(text)["input_ids"] for text in texts],
         "chat_ids": list(chat),
