@@ -229,6 +229,8 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
     hf_dir, model = _resolve_source(spec)
     hf_config = _read_hf_config(hf_dir)
     decoder_type = _check_architecture(hf_config, hf_dir)
+    if checkpoint_format == HF_FORMAT:
+        hf_export.check_architecture(_architecture_of(hf_config) or "", hf_dir)
     from pipeline.checkpoint_keys import preflight
 
     rope = resolved_rope(hf_dir, hf_config)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pipeline.artifacts import write_json_atomic
 from pipeline.deployable import HF_CHECKPOINT_PREFIX, HF_FORMAT, TRTLLM_FORMAT
-from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.hf_compat import compatible_config, compatible_tokenizer_config, read_json_object
 from pipeline.quant import KvCacheFormat, QuantFormat
 
@@ -81,6 +81,19 @@ def check_hf_request(fmt: QuantFormat, kv: KvCacheFormat, tp: int, pp: int) -> N
             hint="Drop --tp/--pp here: the PyTorch backend shards the checkpoint when it loads it; give --tp to "
             "`pipeline build --backend pytorch`.",
         )
+
+
+def check_architecture(architecture: str, hf_dir: Path) -> None:
+    """Refuse (exit 2) an architecture TensorRT-LLM's PyTorch backend has no model class for (it picks
+    the class from config.json's architectures[0]; facts()["architectures"])."""
+    table = facts()["architectures"]
+    if architecture in table["loaded"]:
+        return
+    why = table["not_loaded"].get(architecture, "it is not among the classes the PyTorch backend registers")
+    raise UnsupportedError(
+        f"--format hf: TensorRT-LLM's PyTorch backend cannot load {architecture} ({hf_dir}): {why}.",
+        hint=f"--format hf takes {', '.join(table['loaded'])}; use --format trtllm (trtllm-build) for {architecture}.",
+    )
 
 
 def checkpoint_id(quant: str, kv_cache: str, inputs_hash: str) -> str:

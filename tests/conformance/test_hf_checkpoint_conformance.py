@@ -4,7 +4,8 @@ config.json, modules/linear.py @ed53795b for the tensors each quant_algo's linea
 against transformers 4.57.1, the version TensorRT-LLM 1.1.0 reads the config and tokenizer with.
 
 Every weight format is exported from a tiny Llama 3.x-shaped model (RoPE base 500000 with llama3
-scaling, which transformers 4.57.1 loses when only transformers 5's rope_parameters is written).
+scaling, which transformers 4.57.1 loses when only transformers 5's rope_parameters is written), and
+fp8 from a tiny model of every other architecture --format hf takes.
 This file reads the facts table itself: it does not reuse the checks pipeline.hf_export makes.
 """
 
@@ -18,14 +19,16 @@ from typing import Any, Callable
 
 import pytest
 
-from pipeline.convert import ConvertResult, ConvertSpec, convert
-from tiny_models import LLAMA3_SCALING
+from pipeline.convert import SUPPORTED_ARCHITECTURES, ConvertResult, ConvertSpec, convert
+from tiny_models import LLAMA3_SCALING, TINY
 
 pytestmark = pytest.mark.slow
 
 FACTS = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "trtllm_pytorch_checkpoint.json"
 CALIB = {"calib_size": 4, "calib_batch_size": 4, "calib_max_len": 32}
-CASES = [("bf16", None), ("fp8", "fp8"), ("nvfp4", None), ("int4_awq", None), ("w4a8_awq", "fp8")]
+LLAMA = "LlamaForCausalLM"
+CASES = [(LLAMA, "bf16", None), (LLAMA, "fp8", "fp8"), (LLAMA, "nvfp4", None), (LLAMA, "int4_awq", None),
+         (LLAMA, "w4a8_awq", "fp8"), ("MistralForCausalLM", "fp8", None), ("Qwen2ForCausalLM", "fp8", "fp8")]
 SAFETENSORS_DTYPE = {"float16": "F16", "bfloat16": "BF16"}
 TEXTS = ["The capital of France is", "<|im_start|>user\nHi there<|im_end|>\n", "naïve café — 東京 🚀"]
 
@@ -37,20 +40,28 @@ def table() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def tiny_llama_hf(tiny_hf) -> Path:
-    return tiny_hf("LlamaForCausalLM")
+    return tiny_hf(LLAMA)
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_llama_hf: Path, session_build_root: Path) -> Callable[[str, str | None], ConvertResult]:
+def exported(tiny_hf, session_build_root: Path) -> Callable[..., ConvertResult]:
     done: dict[tuple, ConvertResult] = {}
 
-    def make(quant: str, kv_cache: str | None) -> ConvertResult:
-        if (quant, kv_cache) not in done:
-            done[(quant, kv_cache)] = convert(ConvertSpec(model=str(tiny_llama_hf), quant=quant, kv_cache=kv_cache,
-                                                          format="hf", root=session_build_root, **CALIB))
-        return done[(quant, kv_cache)]
+    def make(quant: str, kv_cache: str | None, architecture: str = LLAMA) -> ConvertResult:
+        key = (architecture, quant, kv_cache)
+        if key not in done:
+            done[key] = convert(ConvertSpec(model=str(tiny_hf(architecture)), quant=quant, kv_cache=kv_cache, format="hf",
+                                            root=session_build_root, **CALIB))
+        return done[key]
 
     return make
+
+
+def test_every_architecture_the_pytorch_backend_loads_is_converted_here(table) -> None:
+    loaded = set(table["architectures"]["loaded"])
+    assert loaded <= set(SUPPORTED_ARCHITECTURES) and loaded <= set(TINY)
+    assert loaded == {architecture for architecture, _, _ in CASES}
+    assert set(table["architectures"]["not_loaded"]) == set(SUPPORTED_ARCHITECTURES) - loaded
 
 
 def tensors(folder: Path) -> dict[str, tuple[str, list[int]]]:
@@ -85,9 +96,10 @@ def has_type(value: Any, kind: str) -> bool:
                 "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value)}[k] for k in kind.split("|"))
 
 
-@pytest.mark.parametrize("quant, kv_cache", CASES)
-def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(quant, kv_cache, exported, table, reference_tsv) -> None:
-    result = exported(quant, kv_cache)
+@pytest.mark.parametrize("architecture, quant, kv_cache", CASES)
+def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(architecture, quant, kv_cache, exported, table,
+                                                                      reference_tsv) -> None:
+    result = exported(quant, kv_cache, architecture)
     folder = result.path
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     weights = tensors(folder)
@@ -95,7 +107,7 @@ def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(quant, kv_c
     cache = table["kv_cache"].get(kv_cache or "auto")
 
     # config.json: ModelConfig picks the class from architectures[0] and the dtype from torch_dtype (else bfloat16)
-    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["architectures"] == [architecture]
     assert config["dtype"] == result.dtype
     quant_file = folder / "hf_quant_config.json"
     if fmt is None and cache is None:
@@ -139,7 +151,7 @@ def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(quant, kv_c
         for name, want in (cache or {}).get("tensors", {}).items():
             assert weights[f"model.layers.{layer}.self_attn.{name}"] == (want["dtype"], shape_of(want["shape"], 0, 0, None))
 
-    # what is excluded stays 16-bit; nothing 16-bit-only outside the exclusions is a quantized linear
+    # what is excluded stays 16-bit
     for module in quantization["exclude_modules"] or []:
         for name, (dtype, _) in weights.items():
             if name.startswith(module + "."):

@@ -249,3 +249,15 @@ def test_hf_checkpoint_identity(build_root, smol_like) -> None:
     assert hf.ckpt_id == f"hf-fp8-kvfp8-{hf.inputs_hash[:8]}" and hf.out.parent == trtllm.out.parent
     plain = plan_convert(ConvertSpec(model=str(smol_like), quant="bf16", format="HF"))
     assert plain.ckpt_id.startswith("hf-bf16-") and plain.dtype == "bfloat16" and plain.calibration is None
+
+
+@pytest.mark.parametrize("arch, model_type, why", [
+    ("GemmaForCausalLM", "gemma", "none for Gemma 1"),
+    ("GPT2LMHeadModel", "gpt2", "no GPT-2 class"),
+])
+def test_hf_format_refuses_architectures_the_pytorch_backend_has_no_class_for(capsys, build_root, tmp_path, arch, model_type,
+                                                                               why) -> None:
+    folder = make_checkpoint(tmp_path / model_type, architectures=[arch], model_type=model_type)
+    refuse(capsys, build_root, ["--model", str(folder), "--format", "hf", "--quant", "fp8"],
+           f"cannot load {arch}", why, "--format hf takes LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+           "--format trtllm")
