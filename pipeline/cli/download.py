@@ -9,6 +9,7 @@ import typer
 from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
 from pipeline.download import DownloadSpec, download as run_download
 from pipeline.output import OUT
+from pipeline.reporting import OutputReporter
 
 SourceArg = Annotated[
     str,
@@ -38,7 +39,7 @@ def download(
     A second run with the same source is a no-op; files that no longer match the manifest are made again.
     """
     set_json(json_output)
-    result = run_download(DownloadSpec(source=source, revision=revision, out=out, force=force))
+    result = run_download(DownloadSpec(source=source, revision=revision, out=out, force=force), OutputReporter())
     if result.skipped:
         OUT.info(f"up to date: {result.path} (same source, files intact; --force redoes it)")
     mib = result.bytes / (1 << 20)
