@@ -4,20 +4,22 @@
   serve -> smoke -> stop.
 - engine: what `make engine GPU=h100 MODEL=... QUANT=fp8` runs in the CI image: download ->
   convert -> (evaluate gate) -> build -> render.
+- evaluation: `pipeline evaluate`, its figures recorded in a checkpoint's manifest (pass or fail).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
-
-from typing import Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
 from pipeline.errors import GateFailedError, InvalidInputError
-
+from pipeline.evaluate import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec, check_gate, evaluate
+from pipeline.reporting import SILENT, Reporter
+from pipeline.simulated import Variant
 
 
 class DemoSpec(BaseModel):
@@ -92,8 +94,11 @@ class _Steps:
             self._on_step(step)
 
 
-def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | None = None) -> EngineJobResult:
-    """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime."""
+def run_engine_job(
+    spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | None = None, reporter: Reporter = SILENT
+) -> EngineJobResult:
+    """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
+    on_step hears of each step as it ends; reporter gets the stages' progress and events."""
     from pipeline.build import BuildSpec, build_engine, plan_build
     from pipeline.convert import ConvertSpec, convert
     from pipeline.gpus import check_precision, get_gpu
@@ -105,7 +110,7 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
     steps = _Steps(on_step)
 
     t = time.perf_counter()
-    downloaded = fetch_model(spec.source, spec.root)
+    downloaded = fetch_model(spec.source, spec.root, reporter)
     steps.record("download", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
 
     t = time.perf_counter()
@@ -115,14 +120,11 @@ def run_engine_job(spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | No
                  + f"{checkpoint.quant_algo or checkpoint.dtype}, KV {checkpoint.kv_cache_quant_algo or checkpoint.dtype}, {checkpoint.ranks} rank(s)")
 
     if spec.evaluate:
-        from pipeline.evaluate import DEFAULT_MAX_DELTA, EvaluateSpec, check_gate, evaluate, record_in_manifest
-        from pipeline.simulated import Variant
-
         t = time.perf_counter()
-        result = evaluate(EvaluateSpec(model=str(downloaded.path),
-                                       variants=(Variant(quant=spec.quant, kv_cache=spec.kv_cache or "auto"),),
-                                       max_delta=DEFAULT_MAX_DELTA if spec.max_delta is None else spec.max_delta))
-        record_in_manifest(checkpoint.path, result)
+        result = run_evaluation(EvaluateSpec(model=str(downloaded.path),
+                                             variants=(Variant(quant=spec.quant, kv_cache=spec.kv_cache or "auto"),),
+                                             max_delta=DEFAULT_MAX_DELTA if spec.max_delta is None else spec.max_delta),
+                                record_in=checkpoint.path, reporter=reporter)
         row = result.formats[0]
         steps.record("evaluate", t, result.report_dir,
                      f"perplexity {result.baseline.perplexity:.2f} -> {row.perplexity:.2f} ({row.delta:+.1%})")
@@ -156,10 +158,10 @@ class FetchedModel(BaseModel):
     skipped: bool
 
 
-def fetch_model(source: str, root: Path | None) -> FetchedModel:
+def fetch_model(source: str, root: Path | None, reporter: Reporter = SILENT) -> FetchedModel:
     """`download` of SOURCE; a folder `pipeline download` already wrote (`local:build/<model>/hf`) is used in
     place under the model name its manifest records, not copied to a model named after the folder ("hf")."""
-    from pipeline.artifacts import is_up_to_date, read_manifest
+    from pipeline.artifacts import is_up_to_date
     from pipeline.download import DownloadSpec, download
     from pipeline.paths import model_slug
 
@@ -172,16 +174,16 @@ def fetch_model(source: str, root: Path | None) -> FetchedModel:
         files = made_by.get("files") or {}
         return FetchedModel(path=folder.resolve(), model=model_slug(made_by["model"]), skipped=True,
                             bytes=sum(int(meta.get("size", 0)) for meta in files.values()))
-    result = download(DownloadSpec(source=source, root=root))
+    result = download(DownloadSpec(source=source, root=root), reporter)
     return FetchedModel(path=result.path, model=result.model, bytes=result.bytes, skipped=result.skipped)
 
 
-def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:
+def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None, reporter: Reporter = SILENT) -> DemoResult:
     from pipeline.serve import ServerSpec, start_server
     from pipeline.smoke import SmokeSpec, run_smoke
 
     built = run_engine_job(EngineJobSpec(source=spec.source, gpu="cpu", quant=spec.quant, goal=spec.goal, root=spec.root),
-                           on_step=on_step)
+                           on_step=on_step, reporter=reporter)
     steps = _Steps(on_step)
     steps.steps = list(built.steps)
     repo = built.repo
@@ -211,4 +213,60 @@ def require_demo_pass(result: DemoResult) -> None:
                               hint="Read the server log named in the 'serve' row.")
 
 
+def checkpoint_manifest(checkpoint_dir: Path) -> dict[str, Any]:
+    """checkpoint_dir's manifest, or InvalidInputError (checked before a long evaluation starts)."""
+    manifest = read_manifest(Path(checkpoint_dir))
+    if manifest is None:
+        raise InvalidInputError(
+            f"{checkpoint_dir} has no readable {MANIFEST_NAME}.",
+            hint="Give a checkpoint folder made by `pipeline convert` (build/<model>/checkpoints/<id>).",
+        )
+    return manifest
 
+
+def record_in_manifest(checkpoint_dir: Path, result: EvaluateResult) -> dict[str, Any]:
+    """Add the figures under "evaluation" in checkpoint_dir/manifest.json (the file inventory and
+    inputs hash are untouched, so the checkpoint stays up to date). Returns what was recorded."""
+    checkpoint_dir = Path(checkpoint_dir)
+    manifest = checkpoint_manifest(checkpoint_dir)
+    ours = result.dataset.get("calibration_sha256")
+    theirs = (manifest.get("calibration") or {}).get("sha256")
+    record = {
+        "passed": result.passed,
+        "max_delta": result.max_delta,
+        "failed": list(result.failed),
+        "dataset": {k: result.dataset[k] for k in ("name", "sha256", "texts", "tokens")},
+        "baseline": {"dtype": result.baseline.quant, "perplexity": result.baseline.perplexity},
+        "formats": {
+            row.name: {
+                "perplexity": row.perplexity,
+                "delta": row.delta,
+                "top1_agreement": row.top1_agreement,
+                "kv_measured": row.kv_measured,
+                "passed": row.passed,
+            }
+            for row in result.formats
+        },
+        "report_dir": str(result.report_dir),
+        "inputs_hash": result.inputs_hash,
+        # True: the figures come from the same calibration texts that made this checkpoint
+        "calibration_matches_checkpoint": None if not (ours and theirs) else ours == theirs,
+    }
+    manifest["evaluation"] = record
+    write_json_atomic(checkpoint_dir / MANIFEST_NAME, manifest)
+    return record
+
+
+def run_evaluation(
+    spec: EvaluateSpec, *, record_in: Path | None = None, reporter: Reporter = SILENT
+) -> EvaluateResult:
+    """`evaluate`, then, given a checkpoint folder, its figures recorded in that folder's manifest,
+    pass or fail (a folder without a manifest is refused before the long run). The gate is the
+    caller's: `pipeline.evaluate.check_gate` after the result is shown."""
+    if record_in is not None:
+        checkpoint_manifest(record_in)
+    result = evaluate(spec, reporter)
+    if record_in is not None:
+        record_in_manifest(record_in, result)
+        reporter.info(f"recorded the figures in {Path(record_in) / MANIFEST_NAME}")
+    return result

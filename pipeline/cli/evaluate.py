@@ -9,17 +9,10 @@ import typer
 
 from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json
 from pipeline.calibration import DEFAULT_CALIB_SIZE
-from pipeline.evaluate import (
-    DEFAULT_MAX_DELTA,
-    TABLE_COLUMNS,
-    EvaluateSpec,
-    check_gate,
-    checkpoint_manifest,
-    evaluate as run_evaluate,
-    record_in_manifest,
-    table_rows,
-)
+from pipeline.evaluate import DEFAULT_MAX_DELTA, TABLE_COLUMNS, EvaluateSpec, check_gate, table_rows
+from pipeline.jobs import run_evaluation
 from pipeline.output import OUT, simple_table
+from pipeline.reporting import OutputReporter
 
 ModelOpt = Annotated[
     str,
@@ -77,14 +70,12 @@ def evaluate(
     from pipeline.placement import check_device
 
     check_device(device)
-    if record_in is not None:
-        checkpoint_manifest(record_in)  # refuse a folder without a manifest before the long run
     spec = EvaluateSpec.from_formats(
         model, quant, kv_cache,
         data=data, max_delta=max_delta, calib_size=calib_size, calib_data=calib_data, max_texts=max_texts, max_len=max_len, out=out, force=force,
         device=device,
     )
-    result = run_evaluate(spec)
+    result = run_evaluation(spec, record_in=record_in, reporter=OutputReporter())
     if result.cached:
         OUT.info(f"up to date: {result.report_dir} (same checkpoint, data and formats; --force measures again)")
     for row in result.rows():
@@ -97,7 +88,4 @@ def evaluate(
         ),
         text=f"reports: {result.report_dir}",
     )
-    if record_in is not None:
-        record_in_manifest(record_in, result)
-        OUT.info(f"recorded the figures in {record_in / 'manifest.json'}")
     check_gate(result)

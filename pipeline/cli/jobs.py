@@ -9,6 +9,7 @@ import typer
 from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.jobs import DemoSpec, DemoStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.output import OUT, simple_table
+from pipeline.reporting import OutputReporter
 
 SourceArg = Annotated[str, typer.Argument(help="Download source: demo, hf:org/name[@rev], local:PATH, gguf:PATH.")]
 GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput.")]
@@ -33,7 +34,7 @@ def _rows(steps: list[DemoStep]) -> list[list[str]]:
 def demo(source: SourceArg = "demo", quant: QuantOpt = "fp16", json_output: JsonOpt = False) -> None:
     """download -> convert -> build (cpu) -> render -> serve -> smoke -> stop, with one summary table."""
     set_json(json_output)
-    result = run_demo(DemoSpec(source=source, quant=quant), on_step=_show)
+    result = run_demo(DemoSpec(source=source, quant=quant), on_step=_show, reporter=OutputReporter())
     answer = f"{result.prompt!r} -> {result.answer!r}" if result.answer is not None else "(no answer)"
     rows = _rows(result.steps) + [["answer", "", answer, "ensemble, greedy"],
                                   ["total", f"{result.total_s:.1f}", "PASS" if result.passed else "FAIL", ""]]
@@ -58,6 +59,6 @@ def engine(
     set_json(json_output)
     spec = spec_from_options(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
                        evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run)
-    result = run_engine_job(spec, on_step=_show)
+    result = run_engine_job(spec, on_step=_show, reporter=OutputReporter())
     rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]
     OUT.result(result, table=simple_table(f"engine: {gpu} {quant} {goal}", ["step", "s", "result", "where"], rows))

@@ -1,11 +1,19 @@
-"""`pipeline engine` (what `make engine` runs): refusals before any work, and the dry-run chain."""
+"""pipeline.jobs: `pipeline engine` (what `make engine` runs): refusals before any work, and the dry-run
+chain; the evaluation job: its figures recorded in a checkpoint's manifest."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from evaluate_fixtures import sample_result as _result
+from pipeline.artifacts import build_manifest, read_manifest, sha256_json, write_json_atomic
 from pipeline.cli import run
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import record_in_manifest
+from pipeline.reporting import RecordingReporter
 
 
 def test_engine_refuses_impossible_precision_before_any_work(tmp_path, monkeypatch, capsys):
@@ -58,3 +66,61 @@ def test_a_download_folder_is_used_in_place_under_its_model_name(tiny_ckpt, buil
     (first.path / "config.json").write_text("{}")  # damaged: refused with what to do, never used
     with pytest.raises(InvalidInputError, match="no longer matches its manifest"):
         fetch_model(f"local:{first.path}", None)
+
+
+def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
+    import time
+
+    from pipeline.artifacts import is_up_to_date
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}", encoding="utf-8")
+    inputs_hash = sha256_json({"x": 1})
+    calibration = {"sha256": "c" * 64, "size": 8}
+    write_json_atomic(ckpt / "manifest.json", build_manifest(stage="convert", inputs={"x": 1}, inputs_hash=inputs_hash,
+                                                             folder=ckpt, started=time.time(),
+                                                             extra={"calibration": calibration}))
+    result = _result(tmp_path)
+    assert record_in_manifest(ckpt, result)["calibration_matches_checkpoint"] is False
+    result = result.model_copy(update={"dataset": {**result.dataset, "calibration_sha256": "c" * 64}})
+    record = record_in_manifest(ckpt, result)
+    assert record["calibration_matches_checkpoint"] is True
+    manifest = read_manifest(ckpt)
+    assert manifest["evaluation"] == json.loads(json.dumps(record))
+    assert manifest["evaluation"]["formats"]["int4_awq"]["passed"] is False
+    assert manifest["evaluation"]["baseline"]["perplexity"] == 10.0
+    assert is_up_to_date(ckpt, inputs_hash)
+    with pytest.raises(InvalidInputError, match="no readable manifest.json"):
+        record_in_manifest(tmp_path / "nowhere", _result(tmp_path))
+
+
+def test_evaluation_refuses_a_folder_without_a_manifest_before_measuring(tmp_path: Path, monkeypatch):
+    import pipeline.jobs
+    from pipeline.evaluate import EvaluateSpec
+    from pipeline.jobs import run_evaluation
+
+    monkeypatch.setattr(pipeline.jobs, "evaluate", lambda *args: pytest.fail("evaluated before the refusal"))
+    with pytest.raises(InvalidInputError, match="no readable manifest.json"):
+        run_evaluation(EvaluateSpec.from_formats("m", ["fp8"]), record_in=tmp_path / "nowhere")
+
+
+def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch):
+    import time
+
+    import pipeline.jobs
+    from pipeline.evaluate import EvaluateSpec
+    from pipeline.jobs import run_evaluation
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_json_atomic(ckpt / "manifest.json", build_manifest(stage="convert", inputs={}, inputs_hash="x", folder=ckpt,
+                                                             started=time.time()))
+    failing = _result(tmp_path)
+    monkeypatch.setattr(pipeline.jobs, "evaluate", lambda spec, reporter: failing)
+
+    heard = RecordingReporter()
+    result = run_evaluation(EvaluateSpec.from_formats("m", ["fp8"]), record_in=ckpt, reporter=heard)
+    assert result is failing and not result.passed  # the gate is the caller's: no raise here
+    assert read_manifest(ckpt)["evaluation"]["failed"] == ["int4_awq", "nvfp4"]
+    assert heard.events == [("info", f"recorded the figures in {ckpt / 'manifest.json'}")]
