@@ -6,7 +6,10 @@ into `model/`) and the LLM-API options the planner chose (`llm_api_options.yaml`
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 CheckpointFormat = Literal["trtllm", "hf"]
 Backend = Literal["tensorrt", "pytorch"]
@@ -17,3 +20,100 @@ HF_CHECKPOINT_PREFIX = "hf-"  # checkpoint ids of --format hf start with this
 
 MODEL_SUBDIR = "model"
 OPTIONS_FILE = "llm_api_options.yaml"
+
+PYTORCH_BACKEND: Backend = "pytorch"
+TENSORRT_BACKEND: Backend = "tensorrt"
+DEFAULT_BACKEND: Backend = TENSORRT_BACKEND
+MANIFEST_FILE = "manifest.json"
+
+# What the PyTorch backend path takes (`pipeline convert --format hf`): weight and KV-cache precisions.
+HF_QUANT_FORMATS = ("fp16", "bf16", "fp8", "nvfp4", "int4_awq", "w4a8_awq")
+HF_KV_CACHE_FORMATS = ("auto", "fp8")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_pytorch_deployable(folder: Path) -> bool:
+    """A folder `pipeline build --backend pytorch` wrote: its manifest says so and the options file exists."""
+    folder = Path(folder)
+    manifest = _read_json(folder / MANIFEST_FILE) or {}
+    return (manifest.get("stage") == "build" and manifest.get("backend") == PYTORCH_BACKEND
+            and (folder / OPTIONS_FILE).is_file() and (folder / MODEL_SUBDIR).is_dir())
+
+
+@dataclass(frozen=True)
+class Deployable:
+    """A PyTorch-backend deployable as render, serve and k8s read it.
+
+    runtime: "pytorch" (TensorRT-LLM's LLM API on a GPU) or "reference" (the CPU reference runtime).
+    options: the LLM-API options (the same dict as llm_api_options.yaml).
+    simulated: for the reference runtime, the precision (quant, kv_cache) it simulates with ModelOpt fake
+    quantization when it loads model/ (model/ then holds the 16-bit source weights); None otherwise.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    options: dict[str, Any]
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / MODEL_SUBDIR
+
+    @property
+    def options_path(self) -> Path:
+        return self.path / OPTIONS_FILE
+
+    @property
+    def runtime(self) -> str:
+        return str(self.manifest.get("runtime") or PYTORCH_BACKEND)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.runtime == "reference"
+
+    @property
+    def gpu(self) -> str:
+        return str((self.manifest.get("gpu") or {}).get("key") or "")
+
+    @property
+    def profile(self) -> Any:
+        """The BuildProfile (backend "pytorch") recorded at build time."""
+        from pipeline.profiles import BuildProfile
+
+        return BuildProfile(**self.manifest["profile"])
+
+    @property
+    def simulated(self) -> tuple[str, str] | None:
+        sim = self.manifest.get("simulated")
+        return (str(sim["quant"]), str(sim["kv_cache"])) if isinstance(sim, dict) else None
+
+
+def read_deployable(folder: Path) -> Deployable:
+    """The deployable in folder (manifest + options); InvalidInputError (exit 2) when it is not one."""
+    import yaml
+
+    from pipeline.errors import InvalidInputError
+
+    folder = Path(folder)
+    if not is_pytorch_deployable(folder):
+        raise InvalidInputError(
+            f"{folder} is not a PyTorch-backend deployable (no manifest with backend \"pytorch\", "
+            f"{OPTIONS_FILE} and {MODEL_SUBDIR}/).",
+            hint="Build one with `pipeline build --backend pytorch --checkpoint build/<model>/checkpoints/hf-<id> --gpu G`.",
+        )
+    manifest = _read_json(folder / MANIFEST_FILE) or {}
+    try:
+        options = yaml.safe_load((folder / OPTIONS_FILE).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise InvalidInputError(f"Cannot read {folder / OPTIONS_FILE}: {error}.",
+                                hint="Build the deployable again (`pipeline build --backend pytorch ... --force`).") from None
+    if not isinstance(options, dict) or options != manifest.get("options"):
+        raise InvalidInputError(f"{folder / OPTIONS_FILE} differs from the options its manifest records.",
+                                hint="Build the deployable again (`pipeline build --backend pytorch ... --force`).")
+    return Deployable(path=folder.resolve(), manifest=manifest, options=options)

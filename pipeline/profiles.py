@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import short_hash
+from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.versions import TRTLLM_VERSION
 
@@ -36,21 +37,34 @@ class BuildProfile(BaseModel):
     max_batch_size: int = Field(8, ge=1)
     max_num_tokens: int = Field(8192, ge=1)
     trtllm_version: str = TRTLLM_VERSION
+    backend: Backend = Field(DEFAULT_BACKEND, description="tensorrt (an engine) or pytorch (LLM-API options + HF checkpoint)")
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
 
+    def identity(self) -> dict[str, Any]:
+        """The fields that identify the profile. The default backend is left out, so engine profiles keep
+        the ids (and build caches) they had before the field existed."""
+        fields = self.model_dump(mode="json")
+        if self.backend == DEFAULT_BACKEND:
+            del fields["backend"]
+        return fields
+
     @property
     def id(self) -> str:
-        return short_hash(self.model_dump(mode="json"), 12)
+        return short_hash(self.identity(), 12)
 
     @property
     def name(self) -> str:
-        prefix = "trtllm" if self.runtime == "tensorrtllm" else "ref"
+        """trtllm-<gpu>-... (engine), torch-<gpu>-... (PyTorch backend), ref-cpu-... (reference runtime;
+        `-torch` at the end for the PyTorch-backend layout)."""
+        torch = self.backend != DEFAULT_BACKEND
+        prefix = "ref" if self.runtime == "reference" else "torch" if torch else "trtllm"
         kv = "" if self.kv_cache == "auto" else f"-kv{self.kv_cache}"
         pp = "" if self.pp == 1 else f"-pp{self.pp}"
-        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}"
+        suffix = "-torch" if torch and self.runtime == "reference" else ""
+        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,8 +110,11 @@ def check_engine_compatible(
     another compute capability (TensorRT engines are built per architecture), and under another
     TensorRT-LLM version (engines only load under the version that built them).
     """
+    from pipeline.deployable import is_pytorch_deployable
     from pipeline.gpus import get_gpu
 
+    if is_pytorch_deployable(Path(engine_dir)):
+        return _check_deployable_compatible(Path(engine_dir), gpu_key)
     config = _engine_config(engine_dir)
     profile = engine_profile(engine_dir)
     runtime = config.get("runtime") or (profile.runtime if profile else "tensorrtllm")
@@ -132,6 +149,26 @@ def check_engine_compatible(
     return profile
 
 
+def _check_deployable_compatible(folder: Path, gpu_key: str | None) -> BuildProfile | None:
+    """A PyTorch-backend deployable has no engine: it runs on any GPU that runs its precision (the LLM
+    API loads the HF checkpoint there); a GPU deployable needs a GPU, a reference one runs anywhere."""
+    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.quant import kv_cache_format, quant_format
+
+    profile = engine_profile(folder)
+    if gpu_key is None or profile is None or profile.runtime == "reference":
+        return profile
+    here = get_gpu(gpu_key)
+    if here.is_cpu:
+        raise UnsupportedError(
+            f"The deployable in {folder} is for TensorRT-LLM's PyTorch backend on {profile.gpu}; it needs an NVIDIA GPU "
+            "and there is none here.",
+            hint="Build one for the reference runtime: `pipeline build --backend pytorch --gpu cpu --checkpoint ...`.",
+        )
+    check_precision(here, quant_format(profile.quant), kv_cache_format(profile.kv_cache))
+    return profile
+
+
 # ---------------------------------------------------------------------------------------------
 # `pipeline profiles`: what each GPU x precision can do for a model (like NIM's list-model-profiles)
 # ---------------------------------------------------------------------------------------------
@@ -149,28 +186,84 @@ class ProfileRow(BaseModel):
     goal: Goal
     status: ProfileStatus
     name: str
+    backend: Backend = DEFAULT_BACKEND
     reason: str = ""
     fix: str = ""
     weights_gib_per_gpu: float | None = None
     kv_capacity_sequences: int | None = None
     max_batch_size: int | None = None
-    built: str | None = None  # profile id of an engine already under build/<model>/engines/
+    built: str | None = None  # profile id of an engine / deployable already under build/<model>/engines/
+    here: str = ""  # why this profile cannot be built and served on this machine ("" = it can)
+    needs: str = ""  # the step the given input still needs for this profile (a conversion), "" = none
+
+
+class Machine(BaseModel):
+    """What this machine has, for the `here` column: its GPU and the TensorRT-LLM tools."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str = "cpu"
+    trtllm_build: bool = False
+    tensorrt_llm: bool = False
+
+    @classmethod
+    def detect(cls) -> "Machine":
+        import importlib.util
+        import shutil
+
+        from pipeline.doctor import detect_gpu_key
+
+        try:
+            gpu = detect_gpu_key()
+        except UnsupportedError:
+            gpu = "unknown-gpu"
+        return cls(gpu=gpu, trtllm_build=shutil.which("trtllm-build") is not None,
+                   tensorrt_llm=importlib.util.find_spec("tensorrt_llm") is not None)
+
+    def why_not(self, gpu: str, backend: Backend) -> str:
+        if gpu == "cpu":
+            return ""
+        if self.gpu == "cpu":
+            return "no GPU here"
+        if self.gpu != gpu:
+            return f"this machine's GPU is {self.gpu}"
+        if backend == DEFAULT_BACKEND and not self.trtllm_build:
+            return "no trtllm-build here (the pinned image has it)"
+        if backend != DEFAULT_BACKEND and not self.tensorrt_llm:
+            return "no tensorrt_llm here (the pinned image has it)"
+        return ""
+
+
+def _input_needs(info: Any, converted_hf: bool, backend: Backend, quant: str, gpu_is_cpu: bool) -> str:
+    """The conversion the input still needs before `pipeline build` can make this profile ("" = none).
+    converted_hf: the input is an HF checkpoint from `pipeline convert --format hf`."""
+    convert = f"`pipeline convert --model {info.model} --quant {quant}"
+    if backend == DEFAULT_BACKEND:
+        if (gpu_is_cpu and info.kind == "hf" and not converted_hf) or (info.kind == "trtllm" and info.quant == quant):
+            return ""  # the reference runtime serves an HF folder as it is; an engine builds from a matching checkpoint
+        return f"a TensorRT-LLM checkpoint: {convert}`"
+    if info.kind == "hf" and (info.quant == quant or gpu_is_cpu):
+        return ""  # the reference runtime simulates a precision over 16-bit weights
+    return f"an HF checkpoint: {convert} --format hf`"
 
 
 def list_profiles(
     model_source: Path, *, model: str | None = None, gpus: list[str] | None = None, goal: Goal = "throughput",
-    max_seq_len: int | None = None,
+    max_seq_len: int | None = None, machine: Machine | None = None,
 ) -> list[ProfileRow]:
-    """Each GPU (all in the table, or the given keys) x weight precision, at tp 1 (or the smallest tp
-    that fits, reported as the fix)."""
-    from pipeline.build.checkpoint import read_checkpoint
+    """Each GPU (all in the table, or the given keys) x weight precision x backend (tensorrt engine,
+    PyTorch backend), at tp 1 (or the smallest tp that fits, reported as the fix); `here` says why a
+    profile cannot be built and served on this machine, `needs` what the given input still needs."""
+    from pipeline.build.checkpoint import is_converted_hf, read_source
     from pipeline.build.flags import builder_restriction
-    from pipeline.build.memory import TP_CHOICES, default_limits, estimate, what_would_fit
+    from pipeline.deployable import HF_QUANT_FORMATS, PYTORCH_BACKEND
     from pipeline.gpus import get_gpu, gpu_table
     from pipeline.paths import stage_dir
     from pipeline.quant import QUANT_FORMATS, kv_cache_format
 
-    info = read_checkpoint(model_source, model=model)
+    info = read_source(model_source, model=model)
+    converted_hf = is_converted_hf(info.path)
+    machine = machine or Machine.detect()
     built = _built_profiles(stage_dir(info.model, "engines"))
     keys = [get_gpu(k).key for k in gpus] if gpus else list(gpu_table())
     kv = kv_cache_format(None)
@@ -178,49 +271,60 @@ def list_profiles(
     for key in keys:
         gpu = get_gpu(key)
         formats = [QUANT_FORMATS["fp16"]] if gpu.is_cpu else list(QUANT_FORMATS.values())
-        for quant in formats:
-            base = dict(gpu=gpu.key, quant=quant.name, kv_cache=kv.name, goal=goal)
-            name = BuildProfile(model=info.model, model_revision=info.revision, runtime=gpu.runtime, gpu=gpu.key,
-                                quant=quant.name, goal=goal).name
-            if not gpu.can_run(quant):
-                rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name,
-                                       reason=f"{quant.name} needs SM {quant.min_compute_capability:g}+ "
-                                       f"({gpu.key} is SM {gpu.compute_capability})",
-                                       fix=f"on {gpu.key}: {', '.join(gpu.weight_precisions)}"))
-                continue
-            restriction = builder_restriction(gpu, quant, kv)
-            if restriction:
-                rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name, reason=restriction,
-                                       fix="fp8 or nvfp4 weights"))
-                continue
-            row = None
-            for tp in [t for t in TP_CHOICES if info.shape.num_heads % t == 0] if not gpu.is_cpu else [1]:
-                try:
-                    limits = default_limits(info.shape, gpu, quant, kv, tp, 1, goal, max_seq_len=max_seq_len)
-                except UnsupportedError as refused:
-                    row = ProfileRow(**base, tp=tp, status="incompatible", name=name, reason=refused.message,
-                                     fix=refused.hint or "")
-                    break
-                est = estimate(info.shape, gpu, quant, kv, tp, 1, limits)
-                if not est.fits:
+        for backend in (DEFAULT_BACKEND, PYTORCH_BACKEND):
+            for quant in formats:
+                base = dict(gpu=gpu.key, quant=quant.name, kv_cache=kv.name, goal=goal, backend=backend,
+                            here=machine.why_not(gpu.key, backend),
+                            needs=_input_needs(info, converted_hf, backend, quant.name, gpu.is_cpu))
+                name = BuildProfile(model=info.model, model_revision=info.revision, runtime=gpu.runtime, gpu=gpu.key,
+                                    quant=quant.name, goal=goal, backend=backend).name
+                if not gpu.can_run(quant):
+                    rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name,
+                                           reason=f"{quant.name} needs SM {quant.min_compute_capability:g}+ "
+                                           f"({gpu.key} is SM {gpu.compute_capability})",
+                                           fix=f"on {gpu.key}: {', '.join(gpu.weight_precisions)}"))
                     continue
-                tp_name = name.replace("-tp1-", f"-tp{tp}-")
-                fix = "" if tp == 1 else f"needs --tp {tp} ({tp} x {gpu.key}{'' if gpu.nvlink else ', over PCIe'})"
-                status: ProfileStatus = "runnable"
-                if est.low_memory:
-                    status = "low-memory"
-                    ideas = what_would_fit(info.shape, gpu, quant, kv, tp, 1, limits, roomy=True)
-                    fix = "; ".join(filter(None, [fix, " or ".join(ideas[:3]) or "shorter --max-seq-len"]))
-                row = ProfileRow(**base, tp=tp, status=status, name=tp_name, fix=fix,
-                                 weights_gib_per_gpu=est.weights_gib, kv_capacity_sequences=est.max_full_sequences,
-                                 max_batch_size=limits.max_batch_size, built=built.get(tp_name))
-                break
-            if row is None:
-                row = ProfileRow(**base, tp=1, status="incompatible", name=name,
-                                 reason=f"does not fit in {gpu.memory_gib:g} GiB even at tp {max(TP_CHOICES)}",
-                                 fix="a smaller precision or a GPU with more memory")
-            rows.append(row)
+                if backend == PYTORCH_BACKEND and quant.name not in HF_QUANT_FORMATS:
+                    rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name,
+                                           reason=f"the PyTorch-backend path loads {', '.join(HF_QUANT_FORMATS)} "
+                                           "(`pipeline convert --format hf`)",
+                                           fix=f"--backend tensorrt for {quant.name}"))
+                    continue
+                restriction = builder_restriction(gpu, quant, kv) if backend == DEFAULT_BACKEND else None
+                if restriction:
+                    rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name, reason=restriction,
+                                           fix="fp8 or nvfp4 weights"))
+                    continue
+                rows.append(_sized_row(info, gpu, quant, kv, goal, max_seq_len, base, name, built))
     return rows
+
+
+def _sized_row(info, gpu, quant, kv, goal, max_seq_len, base, name, built) -> ProfileRow:
+    """The smallest tp at which the profile fits, with its memory figures (or why nothing fits)."""
+    from pipeline.build.memory import TP_CHOICES as tp_choices, default_limits, estimate, what_would_fit
+
+    for tp in [t for t in tp_choices if info.shape.num_heads % t == 0] if not gpu.is_cpu else [1]:
+        try:
+            limits = default_limits(info.shape, gpu, quant, kv, tp, 1, goal, max_seq_len=max_seq_len)
+        except UnsupportedError as refused:
+            return ProfileRow(**base, tp=tp, status="incompatible", name=name, reason=refused.message,
+                              fix=refused.hint or "")
+        est = estimate(info.shape, gpu, quant, kv, tp, 1, limits)
+        if not est.fits:
+            continue
+        tp_name = name.replace("-tp1-", f"-tp{tp}-")
+        fix = "" if tp == 1 else f"needs --tp {tp} ({tp} x {gpu.key}{'' if gpu.nvlink else ', over PCIe'})"
+        status: ProfileStatus = "runnable"
+        if est.low_memory:
+            status = "low-memory"
+            ideas = what_would_fit(info.shape, gpu, quant, kv, tp, 1, limits, roomy=True)
+            fix = "; ".join(filter(None, [fix, " or ".join(ideas[:3]) or "shorter --max-seq-len"]))
+        return ProfileRow(**base, tp=tp, status=status, name=tp_name, fix=fix,
+                          weights_gib_per_gpu=est.weights_gib, kv_capacity_sequences=est.max_full_sequences,
+                          max_batch_size=limits.max_batch_size, built=built.get(tp_name))
+    return ProfileRow(**base, tp=1, status="incompatible", name=name,
+                      reason=f"does not fit in {gpu.memory_gib:g} GiB even at tp {max(tp_choices)}",
+                      fix="a smaller precision or a GPU with more memory")
 
 
 def _built_profiles(engines: Path) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The build stage: a TensorRT-LLM engine (trtllm-build) for a GPU, or the reference runtime's engine
-folder for the CPU, at build/<model>/engines/<profile-id>/ with a manifest.
+folder for the CPU, at build/<model>/engines/<profile-id>/ with a manifest. `--backend pytorch`
+(pipeline/build/pytorch.py) writes a PyTorch-backend deployable there instead: no engine.
 
 Input: a TensorRT-LLM checkpoint (`pipeline convert`) for GPUs; for `--gpu cpu` the HF folder
 (`pipeline download`) or a TensorRT-LLM checkpoint whose HF source is known (its manifest, or
@@ -21,6 +22,7 @@ from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_chec
 from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
 from pipeline.build.memory import Limits, MemoryEstimate, default_limits, estimate, what_would_fit
 from pipeline.build.runner import run_logged
+from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
 from pipeline.output import OUT
@@ -53,26 +55,32 @@ class BuildSpec(BaseModel):
     tokens_per_block: int | None = Field(None, ge=1)
     gemm_plugin: str | None = None
     force: bool = False
+    backend: Backend = DEFAULT_BACKEND
 
 
-class BuildPlan(BaseModel):
+class PlannedProfile(BaseModel):
+    """What every build plan decides: the profile, the GPU, the input, the limits and the memory estimate."""
+
     model_config = ConfigDict(frozen=True)
 
     profile: BuildProfile
     profile_id: str
     profile_name: str
-    runtime: Literal["tensorrtllm", "reference"]
     gpu: dict[str, Any]
     checkpoint: Path
-    checkpoint_kind: Literal["trtllm", "hf"]
-    engine_dir: Path
     limits: Limits
-    flags: list[Flag]
-    command: list[str]
-    command_line: str
     memory: MemoryEstimate
     inputs_hash: str
     notes: list[str] = []
+
+
+class BuildPlan(PlannedProfile):
+    runtime: Literal["tensorrtllm", "reference"]
+    checkpoint_kind: Literal["trtllm", "hf"]
+    engine_dir: Path
+    flags: list[Flag]
+    command: list[str]
+    command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
 
 
@@ -89,6 +97,7 @@ class BuildResult(BaseModel):
 
 def _resolve_checkpoint(spec: BuildSpec, gpu: GpuSpec) -> CheckpointInfo:
     if spec.checkpoint is not None:
+        _refuse_converted_hf(Path(spec.checkpoint), gpu)
         return read_checkpoint(spec.checkpoint, model=spec.model, quant=spec.quant, kv_cache=spec.kv_cache,
                                tp=spec.tp, pp=spec.pp)
     if not spec.model:
@@ -100,6 +109,21 @@ def _resolve_checkpoint(spec: BuildSpec, gpu: GpuSpec) -> CheckpointInfo:
         return read_checkpoint(stage_dir(model, "hf"), model=model)
     folder = find_checkpoint(model, quant=spec.quant or "fp16", kv_cache=spec.kv_cache, tp=spec.tp or 1, pp=spec.pp or 1)
     return read_checkpoint(folder, model=model)
+
+
+def _refuse_converted_hf(path: Path, gpu: GpuSpec) -> None:
+    """The engine path takes TensorRT-LLM checkpoints (and, for the reference runtime or a plan, the
+    HF folder `pipeline download` wrote); an HF checkpoint from `convert --format hf` is the PyTorch
+    backend's input."""
+    from pipeline.build.checkpoint import is_converted_hf
+
+    if is_converted_hf(path):
+        raise InvalidInputError(
+            f"{path} is an HF checkpoint from `pipeline convert --format hf`: it is the PyTorch backend's input, and "
+            "trtllm-build needs a TensorRT-LLM checkpoint.",
+            hint=f"Build the PyTorch-backend deployable: `pipeline build --backend pytorch --checkpoint {path} --gpu {gpu.key}`; "
+            "or convert for an engine with `pipeline convert --format trtllm ...` and build from that.",
+        )
 
 
 def model_folder_name(model: str) -> str:
@@ -143,6 +167,27 @@ def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointI
     return shape_source.model_copy(update={"model": ckpt.model, "quant": quant, "kv_cache": kv, "tp": 1, "pp": 1}), notes
 
 
+def check_fits(ckpt: CheckpointInfo, gpu: GpuSpec, quant: Any, kv: Any, tp: int, pp: int,
+               limits: Limits) -> tuple[MemoryEstimate, list[str]]:
+    """The memory estimate; refuses (with what would fit) a model that does not fit, notes low memory."""
+    notes: list[str] = []
+    memory = estimate(ckpt.shape, gpu, quant, kv, tp, pp, limits)
+    if not memory.fits:
+        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, tp, pp, limits)
+        raise UnsupportedError(
+            f"{ckpt.model} ({quant.name}, KV {kv.name}, tp {tp}, pp {pp}) does not fit on {gpu.key}: it needs "
+            f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
+            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
+            f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
+            hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
+        )
+    if memory.low_memory:
+        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, tp, pp, limits, roomy=True)
+        notes.append(f"low memory: the KV cache holds only {memory.max_full_sequences} sequence(s) of {limits.max_seq_len} "
+                     f"tokens{'; more room with ' + ' or '.join(ideas[:3]) if ideas else ''}")
+    return memory, notes
+
+
 def plan_build(spec: BuildSpec) -> BuildPlan:
     """Everything about a build, decided before any work: refuses what the GPU cannot run or hold."""
     gpu = get_gpu(spec.gpu)
@@ -169,20 +214,8 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
     else:
         flags = trtllm_flags(gpu, quant, kv, tp=ckpt.tp, pp=ckpt.pp, goal=spec.goal, limits=limits,
                              tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
-    memory = estimate(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
-    if not memory.fits:
-        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
-        raise UnsupportedError(
-            f"{ckpt.model} ({quant.name}, KV {kv.name}, tp {ckpt.tp}, pp {ckpt.pp}) does not fit on {gpu.key}: it needs "
-            f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
-            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
-            f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
-            hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
-        )
-    if memory.low_memory:
-        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, limits, roomy=True)
-        notes.append(f"low memory: the KV cache holds only {memory.max_full_sequences} sequence(s) of {limits.max_seq_len} "
-                     f"tokens{'; more room with ' + ' or '.join(ideas[:3]) if ideas else ''}")
+    memory, fit_notes = check_fits(ckpt, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
+    notes.extend(fit_notes)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant.name, kv_cache=kv.name, tp=ckpt.tp, pp=ckpt.pp,
@@ -199,7 +232,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
     source = ckpt.path if ckpt.kind == "trtllm" else stage_dir(ckpt.model, "checkpoints") / "<checkpoint-id>"
     command = [] if gpu.is_cpu else trtllm_build_command(source, engine_dir, flags)
     inputs_hash = sha256_json({
-        "profile": profile.model_dump(mode="json"),
+        "profile": profile.identity(),
         "checkpoint": {"kind": ckpt.kind, "revision": ckpt.revision},
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
@@ -234,7 +267,7 @@ def copy_tokenizer(source: Path, engine_dir: Path) -> None:
         link_or_copy(path, target / path.name)
 
 
-def _cached(engine_dir: Path, inputs_hash: str) -> bool:
+def cached(engine_dir: Path, inputs_hash: str) -> bool:
     """Same inputs and every recorded file intact (size and mtime; hashed with `pipeline --verify`)."""
     return is_up_to_date(engine_dir, inputs_hash) and bool((read_manifest(engine_dir) or {}).get("files"))
 
@@ -332,7 +365,7 @@ def build_engine(spec: BuildSpec) -> BuildResult:
     """Build (or find already built) the engine the spec describes."""
     started = time.time()
     plan = plan_build(spec)
-    if not spec.force and _cached(plan.engine_dir, plan.inputs_hash):
+    if not spec.force and cached(plan.engine_dir, plan.inputs_hash):
         return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=True, duration_s=round(time.time() - started, 3))
     if plan.runtime == "reference":
         return _build_reference(plan, spec, started)

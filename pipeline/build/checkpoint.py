@@ -210,6 +210,8 @@ def find_checkpoint(model: str, *, quant: str, kv_cache: str | None, tp: int, pp
     for folder in sorted(base.glob("*")) if base.is_dir() else []:
         if not (folder / "config.json").is_file() or not (folder / MANIFEST_NAME).is_file():
             continue
+        if checkpoint_format(folder) != "trtllm":  # an HF checkpoint (`convert --format hf`): the PyTorch backend's
+            continue
         try:
             info = read_checkpoint(folder)
         except InvalidInputError:
@@ -223,3 +225,63 @@ def find_checkpoint(model: str, *, quant: str, kv_cache: str | None, tp: int, pp
             f"{'' if want[1] == 'auto' else ' --kv-cache ' + want[1]} --tp {tp} --pp {pp}` first, or pass --checkpoint DIR.",
         )
     return max(found)[1]
+
+
+HF_QUANT_CONFIG = "hf_quant_config.json"  # ModelOpt's export_hf_checkpoint writes the precision here
+
+
+def checkpoint_format(folder: Path) -> str:
+    """"hf" or "trtllm": the manifest's top-level `format` (`pipeline convert --format`), else what
+    config.json looks like (a TensorRT-LLM config has `architecture` with `quantization`/`mapping`)."""
+    from pipeline.deployable import HF_FORMAT, TRTLLM_FORMAT
+
+    folder = Path(folder)
+    folder = folder if folder.is_dir() else folder.parent
+    recorded = (read_manifest(folder) or {}).get("format")
+    if recorded in (HF_FORMAT, TRTLLM_FORMAT):
+        return str(recorded)
+    config = _read_config(folder)
+    return TRTLLM_FORMAT if "architecture" in config and ("quantization" in config or "mapping" in config) else HF_FORMAT
+
+
+def is_converted_hf(folder: Path) -> bool:
+    """An HF checkpoint `pipeline convert --format hf` wrote (its manifest says format "hf")."""
+    from pipeline.deployable import HF_FORMAT
+
+    folder = Path(folder)
+    return (read_manifest(folder if folder.is_dir() else folder.parent) or {}).get("format") == HF_FORMAT
+
+
+def hf_precision(folder: Path) -> tuple[str, str]:
+    """(quant, kv_cache) an HF checkpoint holds: ModelOpt's hf_quant_config.json (or the
+    `quantization_config` it also puts in config.json), else 16-bit weights in config.json's dtype."""
+    folder = Path(folder)
+    folder = folder if folder.is_dir() else folder.parent
+    config = _read_config(folder)
+    quantization: dict[str, Any] = {}
+    path = folder / HF_QUANT_CONFIG
+    if path.is_file():
+        try:
+            quantization = dict(json.loads(path.read_text(encoding="utf-8")).get("quantization") or {})
+        except (OSError, ValueError, AttributeError) as error:
+            raise InvalidInputError(f"Cannot read {path}: {error}.", hint="Convert again with `pipeline convert --format hf`.") from None
+    elif isinstance(config.get("quantization_config"), dict):
+        quantization = dict(config["quantization_config"])
+        if "quant_algo" not in quantization:
+            method = quantization.get("quant_method", "unknown")
+            raise UnsupportedError(
+                f"{folder} is quantized with {method!r}, which this pipeline does not plan for.",
+                hint="Start from the 16-bit model and quantize with `pipeline convert --format hf --quant fp8` "
+                "(or nvfp4, int4_awq, w4a8_awq).",
+            )
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "float16")
+    return quant_name_of(quantization.get("quant_algo"), dtype), kv_name_of(quantization.get("kv_cache_quant_algo"))
+
+
+def read_source(path: Path, *, model: str | None = None) -> CheckpointInfo:
+    """read_checkpoint, with an HF folder's precision read from the folder itself (hf_precision)."""
+    info = read_checkpoint(path, model=model)
+    if info.kind != "hf":
+        return info
+    quant, kv = hf_precision(info.path)
+    return info.model_copy(update={"quant": quant, "kv_cache": kv})

@@ -1,4 +1,5 @@
-"""`pipeline build`: a TensorRT-LLM engine for a GPU (trtllm-build) or the reference runtime's engine for the CPU."""
+"""`pipeline build`: a TensorRT-LLM engine for a GPU (trtllm-build) or the reference runtime's engine for the CPU;
+with `--backend pytorch`, a PyTorch-backend deployable (HF checkpoint + LLM-API options, no engine)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pipeline.cli._options import ForceOpt, GpuOpt, JsonOpt, KvCacheOpt, set_jso
 from pipeline.output import OUT
 
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
-    "--checkpoint", help="TensorRT-LLM checkpoint folder (GPU) or HF folder (cpu, or a GPU --dry-run).")]
+    "--checkpoint", help="TensorRT-LLM checkpoint folder (GPU) or HF folder (cpu, or a GPU --dry-run); with --backend "
+    "pytorch the HF checkpoint from `pipeline convert --format hf` (or the model's hf/ folder for 16-bit weights).")]
 ModelNameOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model name under build/ (finds its checkpoint, or its hf/ folder for --gpu cpu).")]
 GoalOpt = Annotated[str, typer.Option("--goal", help="latency (small batch) or throughput (large batch, multiple profiles).")]
@@ -25,6 +27,9 @@ MaxBatchOpt = Annotated[Optional[int], typer.Option("--max-batch-size", min=1, h
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-num-tokens", min=1, help="Batched tokens per step (default per goal).")]
 BlockOpt = Annotated[Optional[int], typer.Option("--tokens-per-block", min=1, help="Paged KV block size (default 32 latency, 64 throughput).")]
 GemmOpt = Annotated[Optional[str], typer.Option("--gemm-plugin", help="Override the GEMM plugin choice (auto, float16, bfloat16, fp8, nvfp4, disable).")]
+BackendOpt = Annotated[str, typer.Option(
+    "--backend", help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
+    "`pipeline convert --format hf` plus LLM-API options; no engine).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 
@@ -50,8 +55,10 @@ def build(
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
+    backend: BackendOpt = "tensorrt",
 ) -> None:
-    """Build the engine for a GPU and goal into build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
+    """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
+    build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
     from pipeline.build import BuildSpec, build_engine, plan_build
     from pipeline.errors import InvalidInputError
 
@@ -63,21 +70,61 @@ def build(
         OUT.info(f"--gpu auto: {gpu}")
     if goal not in ("latency", "throughput"):
         raise InvalidInputError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
+    if backend not in ("tensorrt", "pytorch"):
+        raise InvalidInputError(f"Unknown backend {backend!r}.", hint="Use --backend tensorrt or --backend pytorch.")
+    if backend == "pytorch" and (tokens_per_block is not None or gemm_plugin is not None):
+        raise InvalidInputError("--tokens-per-block and --gemm-plugin are trtllm-build flags; --backend pytorch builds no engine.",
+                                hint="Drop them (the PyTorch backend's KV block size stays at its default).")
     spec = BuildSpec(
         gpu=gpu, checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
+        backend=backend,
     )
+    if backend == "pytorch":
+        from pipeline.build.pytorch import build_pytorch, plan_pytorch
+
+        plan_fn, build_fn, text_fn, made = plan_pytorch, build_pytorch, torch_plan_text, "written"
+    else:
+        plan_fn, build_fn, text_fn, made = plan_build, build_engine, plan_text, "built"
     if dry_run:
-        plan = plan_build(spec)
-        OUT.result(plan, text=plan_text(plan))
+        plan = plan_fn(spec)
+        OUT.result(plan, text=text_fn(plan))
         return
-    result = build_engine(spec)
+    result = build_fn(spec)
     for note in result.plan.notes:
         OUT.warn(note)
-    verb = "up to date (cached)" if result.cached else "built"
+    verb = "up to date (cached)" if result.cached else made
     OUT.result(result, text=f"{result.plan.profile_name} ({result.plan.profile_id}) {verb} in {result.duration_s:.2f} s: "
-               f"{result.engine_dir}")
+               f"{result.plan.deploy_dir if backend == 'pytorch' else result.engine_dir}")
+
+
+def _memory_line(m) -> str:
+    return (f"memory/GPU  weights {m.weights_gib:.2f} + activations {m.activation_gib:.2f} + runtime reserve "
+            f"{m.overhead_gib:.1f} + one sequence {m.kv_one_sequence_gib:.3f} = {m.needed_gib:.2f} of {m.gpu_memory_gib:.1f} GiB; "
+            f"KV {m.kv_bytes_per_token} B/token, room for {m.kv_capacity_tokens} tokens = {m.max_full_sequences} "
+            f"full sequences{' (LOW MEMORY)' if m.low_memory else ''}")
+
+
+def torch_plan_text(plan) -> str:
+    from pipeline.build.pytorch import options_yaml
+
+    lines = [
+        f"profile     {plan.profile_name}  (id {plan.profile_id}, backend pytorch, runtime {plan.runtime})",
+        f"gpu         {plan.gpu['key']}  SM {plan.gpu['compute_capability'] or '-'}  {plan.gpu['architecture']}",
+        f"checkpoint  {plan.checkpoint}  ({plan.checkpoint_format})",
+        f"model/      links of {plan.model_source}",
+        f"deployable  {plan.deploy_dir}",
+        _memory_line(plan.memory),
+        "options     (llm_api_options.yaml)",
+        *("  " + line for line in options_yaml(plan).splitlines() if not line.startswith("#")),
+        "why",
+        *(f"  {key}: {reason}" for key, reason in plan.why.items()),
+    ]
+    lines.extend(f"note        {note}" for note in plan.notes)
+    if plan.plan_only:
+        lines.append(f"plan only   {plan.plan_only}")
+    return "\n".join(lines)
 
 
 def plan_text(plan) -> str:
@@ -89,10 +136,7 @@ def plan_text(plan) -> str:
         f"engine dir  {plan.engine_dir}",
         f"limits      max_input_len {lim.max_input_len}, max_seq_len {lim.max_seq_len}, "
         f"max_batch_size {lim.max_batch_size}, max_num_tokens {lim.max_num_tokens}",
-        f"memory/GPU  weights {m.weights_gib:.2f} + activations {m.activation_gib:.2f} + runtime reserve {m.overhead_gib:.1f} "
-        f"+ one sequence {m.kv_one_sequence_gib:.3f} = {m.needed_gib:.2f} of {m.gpu_memory_gib:.1f} GiB; "
-        f"KV {m.kv_bytes_per_token} B/token, room for {m.kv_capacity_tokens} tokens = {m.max_full_sequences} "
-        f"full sequences{' (LOW MEMORY)' if m.low_memory else ''}",
+        _memory_line(m),
     ]
     if plan.command:
         parts = plan.command_line.split(" --")

@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
 
 def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "throughput",
              json_output: JsonOpt = False) -> None:
-    """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision."""
+    """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision
+    x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
     from pipeline.errors import InvalidInputError
     from pipeline.paths import stage_dir
     from pipeline.profiles import list_profiles
@@ -46,12 +47,21 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
         gpus = [gpu]
     rows = list_profiles(source, model=name, gpus=gpus, goal=goal)
     table = simple_table(
-        f"Build profiles for {model} ({goal})",
-        ["status", "GPU", "quant", "tp", "GiB/GPU", "KV seqs", "batch", "built", "reason / fix"],
-        [[r.status, r.gpu, r.quant, r.tp, r.weights_gib_per_gpu, r.kv_capacity_sequences, r.max_batch_size,
-          r.built or "", _short(r.reason or r.fix)] for r in rows],
+        f"Build profiles for {model} ({goal}); --json for the full reasons",
+        ["status", "backend", "GPU", "quant", "tp", "GiB/GPU", "KV seqs", "batch", "built", "reason / fix; here"],
+        [[r.status, r.backend, r.gpu, r.quant, r.tp, r.weights_gib_per_gpu, r.kv_capacity_sequences, r.max_batch_size,
+          r.built or "", _note(r)] for r in rows],
     )
     OUT.result(rows, table=table)
+
+
+def _note(row) -> str:
+    """Why not (or the fix), then what stops it here: no GPU / tool, or the conversion the input needs."""
+    if row.status == "incompatible":
+        return _short(row.reason, 60)
+    needs = "convert --format hf" if "--format hf" in row.needs else "convert to trtllm" if row.needs else ""
+    here = "; ".join(filter(None, [row.here.split(" (")[0], needs]))
+    return "; ".join(filter(None, [_short(row.reason or row.fix, 40), here]))
 
 
 def _short(text: str, limit: int = 48) -> str:

@@ -14,8 +14,8 @@ from pipeline.profiles import BuildProfile, check_engine_compatible, list_profil
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 
 
-def _row(rows, gpu, quant):
-    return next(r for r in rows if r.gpu == gpu and r.quant == quant)
+def _row(rows, gpu, quant, backend="tensorrt"):
+    return next(r for r in rows if r.gpu == gpu and r.quant == quant and r.backend == backend)
 
 
 def test_profile_id_is_a_content_hash_and_name_is_readable():
@@ -37,7 +37,30 @@ def test_llama_8b_profiles_per_gpu_and_precision():
     assert _row(rows, "l4", "nvfp4").status == "incompatible"
     assert {r.gpu for r in rows} >= {"a100-40gb", "h100-sxm", "l40s", "b200", "cpu"}
     cpu = [r for r in rows if r.gpu == "cpu"]
-    assert len(cpu) == 1 and cpu[0].name.startswith("ref-cpu")
+    assert [(r.backend, r.name) for r in cpu] == [("tensorrt", "ref-cpu-fp16-tp1-throughput"),
+                                                   ("pytorch", "ref-cpu-fp16-tp1-throughput-torch")]
+
+
+def test_both_backends_listed_with_why_not_here(tmp_path):
+    from pipeline.profiles import Machine
+
+    rows = list_profiles(LLAMA, gpus=["h100", "b200", "cpu"], machine=Machine(gpu="cpu"))
+    for gpu in ("h100-sxm", "b200"):
+        assert {r.backend for r in rows if r.gpu == gpu} == {"tensorrt", "pytorch"}
+    torch_fp8 = _row(rows, "h100-sxm", "fp8", "pytorch")
+    assert torch_fp8.status == "runnable" and torch_fp8.name == "torch-h100-sxm-fp8-tp1-throughput"
+    assert torch_fp8.here == "no GPU here" and "--format hf" in torch_fp8.needs
+    assert _row(rows, "h100-sxm", "bf16", "pytorch").needs == ""  # the bf16 HF folder loads as it is
+    assert "TensorRT-LLM checkpoint" in _row(rows, "h100-sxm", "bf16").needs
+    sq = _row(rows, "h100-sxm", "int8_sq", "pytorch")
+    assert sq.status == "incompatible" and "PyTorch-backend path" in sq.reason
+    # the PyTorch backend has no trtllm-build restriction on SM 10 (int4_awq is refused there by the builder only)
+    assert _row(rows, "b200", "int4_awq").status == "incompatible"
+    assert _row(rows, "b200", "int4_awq", "pytorch").status == "runnable"
+    assert all(r.here == "" for r in rows if r.gpu == "cpu")
+    here = Machine(gpu="h100-sxm", trtllm_build=False, tensorrt_llm=True)
+    assert here.why_not("h100-sxm", "pytorch") == "" and "trtllm-build" in here.why_not("h100-sxm", "tensorrt")
+    assert "h100-sxm" in here.why_not("b200", "pytorch")
 
 
 def test_big_model_needs_tp_or_is_incompatible(tmp_path):

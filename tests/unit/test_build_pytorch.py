@@ -1,0 +1,242 @@
+"""`pipeline build --backend pytorch`: the PyTorch-backend deployable (model/ links, llm_api_options.yaml,
+manifest), the planner's options per GPU and goal, the refusals, and pipeline.deployable's reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.artifacts import read_manifest
+from pipeline.build import BuildSpec, build_engine
+from pipeline.build.pytorch import build_pytorch, plan_pytorch
+from pipeline.cli import run
+from pipeline.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
+from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.profiles import BuildProfile, check_engine_compatible
+from test_build_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
+
+QUANT_ALGOS = {"fp8": "FP8", "nvfp4": "NVFP4", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ"}
+
+
+def make_hf_checkpoint(folder: Path, *, quant: str = "fp16", kv: str = "auto", source: Path | None = None) -> Path:
+    """An HF checkpoint in the shape `pipeline convert --format hf` writes (issue 13 contract, item 1): config,
+    safetensors, tokenizer, hf_quant_config.json for quantized formats, manifest with "format": "hf"."""
+    tiny_hf(folder)
+    if quant != "fp16" or kv != "auto":
+        (folder / "hf_quant_config.json").write_text(json.dumps({
+            "producer": {"name": "modelopt", "version": "0.47.0"},
+            "quantization": {"quant_algo": QUANT_ALGOS.get(quant), "kv_cache_quant_algo": "FP8" if kv == "fp8" else None}}))
+    inputs = {"source": str(source)} if source else {}
+    (folder / "manifest.json").write_text(json.dumps({"stage": "convert", "format": "hf", "inputs": inputs, "files": {}}))
+    return folder
+
+
+def make_trtllm_checkpoint(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({
+        "architecture": "LlamaForCausalLM", "dtype": "float16", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+        "max_position_embeddings": 4096, "quantization": {"quant_algo": "FP8"}, "mapping": {"tp_size": 1, "pp_size": 1}}))
+    (folder / "manifest.json").write_text(json.dumps({"stage": "convert", "files": {}}))
+    return folder
+
+
+def spec(**fields) -> BuildSpec:
+    return BuildSpec(backend="pytorch", **fields)
+
+
+def test_gpu_deployable_layout_links_and_manifest(build_root):
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8")
+    result = build_pytorch(spec(gpu="h100", checkpoint=ckpt, goal="latency"))
+    folder = result.deploy_dir
+    assert folder == build_root / "tiny" / "engines" / result.plan.profile_id
+    assert sorted(p.name for p in folder.iterdir()) == ["llm_api_options.yaml", "manifest.json", "model"]
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "hf_quant_config.json"):
+        assert (folder / "model" / name).stat().st_ino == (ckpt / name).stat().st_ino  # hard links
+    assert not (folder / "model" / "manifest.json").exists()
+    options = yaml.safe_load((folder / OPTIONS_FILE).read_text())
+    manifest = read_manifest(folder)
+    assert manifest["stage"] == "build" and manifest["backend"] == "pytorch" and manifest["options"] == options
+    assert manifest["runtime"] == "pytorch" and manifest["simulated"] is None
+    assert manifest["checkpoint"]["path"] == str(ckpt.resolve()) and manifest["checkpoint"]["format"] == "hf"
+    assert manifest["checkpoint"]["hash"] == manifest["profile"]["model_revision"]
+    profile = BuildProfile(**manifest["profile"])
+    assert profile.backend == "pytorch" and profile.id == folder.name
+    assert profile.name == "torch-h100-sxm-fp8-kvfp8-tp1-latency" and (profile.quant, profile.kv_cache) == ("fp8", "fp8")
+    assert options == {
+        "backend": "pytorch", "tensor_parallel_size": 1, "max_batch_size": options["max_batch_size"],
+        "max_num_tokens": options["max_num_tokens"], "max_seq_len": 2048,
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "dtype": "fp8", "enable_block_reuse": True},
+        "cuda_graph_config": {"batch_sizes": options["cuda_graph_config"]["batch_sizes"], "enable_padding": True},
+    }
+    assert options["cuda_graph_config"]["batch_sizes"][-1] == options["max_batch_size"]
+    assert options["max_num_tokens"] >= profile.max_input_len
+
+
+def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
+    from pipeline.build import plan_build
+
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    for gpu in ("l4", "h100", "b200"):
+        for goal in ("latency", "throughput"):
+            torch = plan_pytorch(spec(gpu=gpu, checkpoint=ckpt, goal=goal))
+            engine = plan_build(BuildSpec(gpu=gpu, checkpoint=hf, goal=goal))
+            assert torch.limits == engine.limits and torch.memory == engine.memory
+            assert torch.options["max_batch_size"] == torch.limits.max_batch_size
+            assert torch.options["max_num_tokens"] == torch.limits.max_num_tokens
+            assert torch.options["max_seq_len"] == torch.limits.max_seq_len
+    latency = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, goal="latency"))
+    throughput = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, goal="throughput"))
+    assert latency.options["max_batch_size"] < throughput.options["max_batch_size"]
+    assert latency.profile_id != throughput.profile_id
+    chunked = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, max_num_tokens=512))
+    assert chunked.options["enable_chunked_prefill"] is True
+    tp2 = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, tp=2))
+    assert tp2.options["tensor_parallel_size"] == 2 and tp2.profile.name.startswith("torch-h100-sxm-fp16-tp2-")
+    assert tp2.options["dtype"] == "float16"  # tiny_hf's weights are float32: loaded as the profile's fp16
+
+
+def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoint(build_root):
+    source = tiny_hf(build_root / "tiny" / "hf")
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8", source=source)
+    result = build_pytorch(spec(gpu="cpu", checkpoint=ckpt))
+    deployable = read_deployable(result.deploy_dir)
+    assert deployable.is_cpu and deployable.runtime == "reference" and deployable.simulated == ("fp8", "fp8")
+    assert deployable.profile.name == "ref-cpu-fp8-kvfp8-tp1-throughput-torch"
+    assert (deployable.model_dir / "model.safetensors").stat().st_ino == (source / "model.safetensors").stat().st_ino
+    assert not (deployable.model_dir / "hf_quant_config.json").exists()  # the 16-bit source, loadable by transformers
+    assert deployable.options["cuda_graph_config"] is None and deployable.options["tensor_parallel_size"] == 1
+    assert deployable.manifest["model_source"] == str(source.resolve())
+    assert any("simulated" in note for note in deployable.manifest["notes"])
+
+
+def test_cpu_deployable_model_loads_with_transformers(build_root):
+    """model/ of a --gpu cpu deployable is what transformers loads on the CPU (the reference runtime's loader)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    hf = build_root / "tiny" / "hf"
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        vocab_size=64, max_position_embeddings=256))
+    model.save_pretrained(hf)
+    tiny_hf_tokenizer(hf)
+    result = build_pytorch(spec(gpu="cpu", checkpoint=hf))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(result.deploy_dir / "model", dtype=torch.float32)
+    assert loaded.config.hidden_size == 32
+
+
+def tiny_hf_tokenizer(folder: Path) -> None:
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}))
+    (folder / "tokenizer_config.json").write_text("{}")
+
+
+def test_cached_then_force_rewrites(build_root):
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    first = build_pytorch(spec(gpu="h100", checkpoint=ckpt))
+    again = build_pytorch(spec(gpu="h100", checkpoint=ckpt))
+    assert again.cached and not first.cached and again.deploy_dir == first.deploy_dir
+    forced = build_pytorch(spec(gpu="h100", checkpoint=ckpt, force=True))
+    assert not forced.cached
+
+
+def test_refusals_exit_2(build_root, capsys):
+    trtllm = make_trtllm_checkpoint(build_root / "tiny" / "checkpoints" / "fp8-trt")
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(trtllm), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "TensorRT-LLM checkpoint" in err and "--format hf" in err
+    hf = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    assert run(["build", "--checkpoint", str(hf), "--gpu", "h100"]) == 2  # the engine path
+    err = capsys.readouterr().err
+    assert "--backend pytorch --checkpoint" in err
+    assert run(["build", "--checkpoint", str(hf), "--gpu", "cpu"]) == 2
+    capsys.readouterr()
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "a100"]) == 2  # fp8 needs SM 8.9
+    assert "cannot run fp8" in capsys.readouterr().err
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--quant", "int8_sq"]) == 2
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--pp", "2"]) == 2
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--gemm-plugin", "fp8"]) == 2
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "cpu", "--tp", "2"]) == 2
+    assert run(["build", "--backend", "onnx", "--checkpoint", str(hf), "--gpu", "h100"]) == 2
+    assert not (build_root / "tiny" / "engines").exists()
+
+
+def test_quantized_checkpoint_without_its_source_is_refused_on_the_cpu(build_root):
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    with pytest.raises(InvalidInputError) as refused:
+        plan_pytorch(spec(gpu="cpu", checkpoint=ckpt))
+    assert "transformers cannot load" in refused.value.message and "--quant fp8" in refused.value.hint
+
+
+def test_a_key_llm_args_lacks_is_refused_before_anything_is_written(build_root, monkeypatch, capsys):
+    """As if TensorRT-LLM 1.1.0 had no max_num_tokens: the build exits 2 naming the key and writes nothing."""
+    import pipeline.build.llm_args as llm_args
+
+    real = llm_args.top_level_fields()
+    monkeypatch.setattr(llm_args, "top_level_fields", lambda: {k: v for k, v in real.items() if k != "max_num_tokens"})
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "max_num_tokens" in err and "nearest valid" in err
+    assert not (build_root / "tiny" / "engines").exists()
+
+
+def test_plan_from_the_hf_folder_with_another_precision_is_plan_only(build_root, capsys):
+    tiny_hf(build_root / "tiny" / "hf")
+    assert run(["build", "--backend", "pytorch", "--model", "tiny", "--gpu", "h100", "--quant", "fp8", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "free_gpu_memory_fraction: 0.9" in out and "memory/GPU" in out and "plan only" in out and "--format hf" in out
+    assert run(["build", "--backend", "pytorch", "--model", "tiny", "--gpu", "h100", "--quant", "fp8"]) == 2
+    assert run(["build", "--backend", "pytorch", "--model", "tiny", "--gpu", "h100", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert Path(result["deploy_dir"]).name == result["plan"]["profile_id"]
+
+
+def test_dry_run_json_has_options_and_memory(build_root, capsys):
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h200", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["options"]["backend"] == "pytorch" and plan["memory"]["fits"] is True
+    assert not (build_root / "tiny" / "engines").exists()
+
+
+def test_engine_ids_do_not_change_and_backends_differ():
+    engine = BuildProfile(model="m", model_revision="r1", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
+                          quant="fp8", kv_cache="fp8", goal="throughput")
+    cpu = BuildProfile(model="demo", model_revision="abc", runtime="reference", gpu="cpu", goal="latency")
+    # ids computed by pipeline/profiles.py before BuildProfile had a backend field (commit e4b14e9)
+    assert engine.id == "9c61e60c25ad" and cpu.id == "2d930491a505"
+    torch, torch_cpu = engine.model_copy(update={"backend": "pytorch"}), cpu.model_copy(update={"backend": "pytorch"})
+    assert torch.id != engine.id and torch_cpu.id != cpu.id
+    assert (engine.name, torch.name) == ("trtllm-h100-sxm-fp8-kvfp8-tp1-throughput", "torch-h100-sxm-fp8-kvfp8-tp1-throughput")
+    assert (cpu.name, torch_cpu.name) == ("ref-cpu-fp16-tp1-latency", "ref-cpu-fp16-tp1-latency-torch")
+    assert BuildProfile(**json.loads(json.dumps(torch.model_dump(mode="json")))).id == torch.id
+
+
+def test_engine_build_of_the_reference_runtime_is_unchanged(build_root):
+    tiny_hf(build_root / "tiny" / "hf")
+    result = build_engine(BuildSpec(gpu="cpu", model="tiny", goal="latency"))
+    assert "backend" not in read_manifest(result.engine_dir) and not is_pytorch_deployable(result.engine_dir)
+    assert BuildProfile(**read_manifest(result.engine_dir)["profile"]).backend == "tensorrt"
+
+
+def test_read_deployable_and_compatibility(build_root):
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    folder = build_pytorch(spec(gpu="h100", checkpoint=ckpt)).deploy_dir
+    assert is_pytorch_deployable(folder) and not is_pytorch_deployable(ckpt)
+    deployable = read_deployable(folder)
+    assert deployable.options_path == folder.resolve() / OPTIONS_FILE and deployable.gpu == "h100-sxm"
+    assert check_engine_compatible(folder, "h200").backend == "pytorch"  # no engine: any GPU that runs fp8
+    with pytest.raises(UnsupportedError):
+        check_engine_compatible(folder, "cpu")
+    with pytest.raises(UnsupportedError):
+        check_engine_compatible(folder, "a100")
+    with pytest.raises(InvalidInputError):
+        read_deployable(ckpt)
+    (folder / OPTIONS_FILE).write_text("backend: pytorch\n")  # edited by hand: no longer what the manifest says
+    with pytest.raises(InvalidInputError):
+        read_deployable(folder)
