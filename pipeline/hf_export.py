@@ -7,11 +7,20 @@ int4_awq and w4a8_awq are quantized exactly as for `--format trtllm` (pipeline.q
 cache is the model's dtype or fp8. Everything else is refused before any work, and so are --tp/--pp:
 the PyTorch backend shards one checkpoint at load time.
 
-What the export leaves for transformers 5 only is fixed for TensorRT-LLM 1.1.0's transformers 4.57.1
-(pipeline.hf_compat): config.json loses the top-level rope_theta / rope_scaling 4.57.1 reads (it keeps
-only transformers 5's rope_parameters), and the tokenizer is not written at all; it is copied from the
-source folder with a tokenizer_class 4.57.1 has. The quantization config is checked against what the
-PyTorch backend reads (pipeline/data/trtllm_pytorch_checkpoint.json).
+What ModelOpt 0.47's export writes under transformers 5.24, and what is done about it for TensorRT-LLM
+1.1.0's transformers 4.57.1 (pipeline.hf_compat; checked for real in tests/conformance/):
+- config.json keeps only transformers 5's `rope_parameters`; 4.57.1 reads top-level rope_theta /
+  rope_scaling and would fall back to RoPE base 10000: both are written back beside it.
+- config.json says `dtype` (no `torch_dtype`): 4.57.1 reads `dtype` into config.torch_dtype, which
+  TensorRT-LLM's ModelConfig uses (bfloat16 when absent), so it is left as it is and checked.
+- a quantized export embeds `quantization_config` (quant_method "modelopt") in config.json;
+  TensorRT-LLM reads hf_quant_config.json first and both transformers generations load the config
+  with it. transformers 5 itself does not know quant_method "modelopt": its from_pretrained warns and
+  loads the raw quantized weights unscaled, so only TensorRT-LLM (or ModelOpt) runs these weights.
+- no tokenizer is written: the source folder's files are copied, with a tokenizer_class 4.57.1 has.
+- a config without `architectures` (converted from GGUF) breaks the export: set from the loaded class.
+The quantization config is checked against what the PyTorch backend reads
+(pipeline/data/trtllm_pytorch_checkpoint.json).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 FACTS = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "trtllm_pytorch_checkpoint.json"
 CALIB = {"calib_size": 4, "calib_batch_size": 4, "calib_max_len": 32}
 LLAMA = "LlamaForCausalLM"
-CASES = [(LLAMA, "bf16", None), (LLAMA, "fp8", "fp8"), (LLAMA, "nvfp4", None), (LLAMA, "int4_awq", None),
+CASES = [(LLAMA, "bf16", None), (LLAMA, "fp16", "fp8"), (LLAMA, "fp8", "fp8"), (LLAMA, "nvfp4", None), (LLAMA, "int4_awq", None),
          (LLAMA, "w4a8_awq", "fp8"), ("MistralForCausalLM", "fp8", None), ("Qwen2ForCausalLM", "fp8", "fp8")]
 SAFETENSORS_DTYPE = {"float16": "F16", "bfloat16": "BF16"}
 TEXTS = ["The capital of France is", "<|im_start|>user\nHi there<|im_end|>\n", "naïve café — 東京 🚀"]
@@ -125,9 +125,13 @@ def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(architectur
         assert has_type(value, kind), (dotted, value, kind)
     algos = {row["value"] for row in reference_tsv("trtllm_quant_algos.tsv") if row["kind"] == "quant_algo"}
     kv_algos = {row["value"] for row in reference_tsv("trtllm_quant_algos.tsv") if row["kind"] == "kv_cache_quant_algo"}
-    assert quantization["quant_algo"] == fmt["quant_algo"] and fmt["quant_algo"] in algos
     assert quantization["kv_cache_quant_algo"] == (cache["kv_cache_quant_algo"] if cache else None)
     assert quantization["kv_cache_quant_algo"] in kv_algos | {None}
+    if fmt is None:  # 16-bit weights, quantized KV cache only
+        assert quantization["quant_algo"] is None and quantization.get("group_size") is None
+        fmt = {"tensors": {"weight": {"dtype": SAFETENSORS_DTYPE[result.dtype], "shape": "[out, in]"}}, "group_size": None}
+    else:
+        assert quantization["quant_algo"] == fmt["quant_algo"] and fmt["quant_algo"] in algos
     group_size = result_awq_block(result) if fmt["group_size"] == "awq_block_size" else fmt["group_size"]
     assert quantization.get("group_size") == group_size
     assert quantization["quant_algo"] != "MIXED_PRECISION" or (folder / "quant_cfg.json").is_file()
@@ -152,7 +156,7 @@ def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(architectur
             assert weights[f"model.layers.{layer}.self_attn.{name}"] == (want["dtype"], shape_of(want["shape"], 0, 0, None))
 
     # what is excluded stays 16-bit
-    for module in quantization["exclude_modules"] or []:
+    for module in quantization.get("exclude_modules") or []:
         for name, (dtype, _) in weights.items():
             if name.startswith(module + "."):
                 assert dtype == SAFETENSORS_DTYPE[result.dtype], (module, name, dtype)
