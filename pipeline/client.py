@@ -53,6 +53,9 @@ class GenerateResult:
     latency_s: float = 0.0
     error: str | None = None
     perf: dict[str, int] = field(default_factory=dict)
+    finish_reason: str | None = None  # the LLM-API and OpenAI contracts say why generation ended
+    prompt_tokens: int | None = None  # OpenAI usage.prompt_tokens (chat template included)
+    status: int | None = None  # OpenAI: the HTTP status
 
     @property
     def ok(self) -> bool:
@@ -93,6 +96,68 @@ def build_inputs(request: GenerateRequest) -> list:
         if value is not None:
             inputs.append(tensor(name, np.array([[value]], dtype=np_type), triton_type))
     return inputs
+
+
+# The Triton LLM-API contract (TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt and
+# 1/helpers.py @c8c6df08bd0ead54cd47f7973e1e425c28a174cd, the stored version nearest 1.1.0): one prompt per
+# request (model.yaml's max_batch_size 0 upstream: no batch dimension), `streaming` chooses streamed responses
+# (decoupled models only), sampling_param_* carry SamplingParams, return_finish_reason asks for finish_reason.
+# text_output is CompletionOutput.text: when streaming, the text so far (cumulative), not a delta.
+LLMAPI_INPUTS = frozenset({"text_input", "streaming", "sampling_param_max_tokens"})
+LLMAPI_OUTPUTS = frozenset({"text_output", "finish_reason"})
+
+
+def build_llmapi_inputs(request: GenerateRequest, *, batched: bool = False, declared: frozenset[str] = frozenset()) -> list:
+    """GenerateRequest -> the LLM-API model's inputs ([1]-shaped, or [1, 1] when the model has a batch
+    dimension). Optional inputs the model does not declare are left out (all are sent when `declared` is empty)."""
+    from tritonclient.grpc import InferInput
+
+    def tensor(name: str, values: list, np_type, triton_type: str):
+        array = np.array([values] if batched else values, dtype=np_type)
+        item = InferInput(name, list(array.shape), triton_type)
+        item.set_data_from_numpy(array)
+        return item
+
+    inputs = [tensor("text_input", [request.prompt.encode("utf-8")], object, "BYTES"),
+              tensor("streaming", [request.stream], bool, "BOOL")]
+    if request.stop_words:
+        inputs.append(tensor("sampling_param_stop", [w.encode("utf-8") for w in request.stop_words], object, "BYTES"))
+    scalars = (
+        ("sampling_param_max_tokens", request.max_tokens, np.int32, "INT32"),
+        ("sampling_param_top_k", request.top_k, np.int32, "INT32"),
+        ("sampling_param_top_p", request.top_p, np.float32, "FP32"),
+        ("sampling_param_temperature", request.temperature, np.float32, "FP32"),
+        ("sampling_param_seed", request.seed, np.uint64, "UINT64"),
+        ("sampling_param_exclude_input_from_output", request.exclude_input_in_output, bool, "BOOL"),
+        ("sampling_param_return_perf_metrics", request.return_perf_metrics or None, bool, "BOOL"),
+        ("return_finish_reason", True, bool, "BOOL"),
+    )
+    for name, value, np_type, triton_type in scalars:
+        if value is not None and (not declared or name in declared):
+            inputs.append(tensor(name, [value], np_type, triton_type))
+    return inputs
+
+
+def collect_llmapi_response(result, into: GenerateResult, raw: list[bytes]) -> None:
+    """Fold one LLM-API response into a GenerateResult: text_output is cumulative, so the new chunk is what
+    it adds to the text so far (a response that does not extend it replaces it)."""
+    text = result.as_numpy("text_output")
+    if text is not None:
+        full = b"".join(item if isinstance(item, bytes) else str(item).encode("utf-8") for item in text.reshape(-1))
+        before = b"".join(raw)
+        added = full[len(before):] if full.startswith(before) else full
+        raw[:] = [full]
+        into.chunks.append(added.decode("utf-8", errors="replace"))
+        into.responses += 1
+    reason = result.as_numpy("finish_reason")
+    if reason is not None and reason.size:
+        value = reason.reshape(-1)[0]
+        value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        into.finish_reason = None if value == "None" else value
+    for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
+        value = result.as_numpy(name)
+        if value is not None:
+            into.perf[name] = int(value.reshape(-1)[0])
 
 
 def is_decoupled(client, model: str) -> bool:
@@ -146,11 +211,14 @@ def collect_response(result, into: GenerateResult, raw: list[bytes]) -> None:
 
 
 def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-             **options) -> GenerateResult:
-    """One request through the gRPC stream API; never raises for a server-side error (see .error)."""
+             llmapi: dict | None = None, **options) -> GenerateResult:
+    """One request through the gRPC stream API; never raises for a server-side error (see .error).
+    llmapi: the model speaks the LLM-API contract; its build_llmapi_inputs keywords (batched, declared)."""
     import tritonclient.grpc as grpcclient
 
     request = prompt if isinstance(prompt, GenerateRequest) else GenerateRequest(prompt=prompt, **options)
+    inputs = build_inputs(request) if llmapi is None else build_llmapi_inputs(request, **llmapi)
+    collect = collect_response if llmapi is None else collect_llmapi_response
     result, raw = GenerateResult(), []
     events: queue.Queue = queue.Queue()
     started = time.perf_counter()
@@ -160,7 +228,7 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
     try:
         try:
             client.start_stream(callback=lambda result=None, error=None: events.put((result, error)))
-            client.async_stream_infer(model, build_inputs(request), request_id=uuid.uuid4().hex[:12],
+            client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex[:12],
                                       enable_empty_final_response=True)
         except InferenceServerException as error:
             result.error = f"could not send the request to {url}: {error.message()}"
@@ -181,7 +249,7 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
                 result.error = error.message() if callable(getattr(error, "message", None)) else str(error)
                 break
             before = result.responses
-            collect_response(response, result, raw)
+            collect(response, result, raw)
             if result.responses > before and result.ttft_s is None:
                 result.ttft_s = time.perf_counter() - started
             if is_final(response):

@@ -1,9 +1,12 @@
-"""`pipeline bench`: latency and throughput of a served model through tritonclient's asyncio gRPC streaming.
+"""`pipeline bench`: latency and throughput of a served model, streamed: tritonclient's asyncio gRPC (Triton's
+ensemble/BLS or LLM-API model) or an OpenAI-compatible server's SSE (the contract is detected, pipeline.contract).
 
 One room per concern:
   spec.py       BenchSpec (the frozen options), distributions, SLO parsing
   workload.py   prompts with exact token lengths, or a JSONL dataset; the tokenizer
-  transport.py  one streamed request over tritonclient.grpc.aio (and the Transport protocol fakes follow)
+  transport.py  one streamed request over tritonclient.grpc.aio (and the Transport protocol fakes follow);
+                LlmApiTransport for the LLM-API model (cumulative text_output)
+  openai_transport.py  one streamed chat/text completion over aiohttp; usage counts kept untimed
   runner.py     load generation: concurrency sweep or request rate, bounded by count/duration, warm-up
   metrics.py    per-request TTFT/TPOT/latency, per-level throughput, Prometheus scrape and diff
   stats.py      mean/min/max/std/percentiles

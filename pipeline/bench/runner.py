@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterator
 
-from pipeline.bench.transport import Transport
+from pipeline.bench.transport import Transport, Usage
 from pipeline.bench.workload import BenchRequest
 
 _timeout = getattr(asyncio, "timeout", None)
@@ -41,6 +41,7 @@ class RequestRecord:
     error: str | None = None
     perf: dict[str, int] | None = None
     send_unix_ns: int = 0
+    output_tokens: int | None = None  # the server's count (OpenAI usage), when it reports one
 
     @property
     def text(self) -> str:
@@ -126,6 +127,9 @@ class Runner:
             if error is not None:
                 record.error = str(error)
                 return
+            if type(payload) is Usage:  # counts, not a token: no time stamped
+                payloads.append(payload)
+                continue
             if record.first_t is None:
                 record.first_t = now
             record.last_t = now
@@ -136,8 +140,15 @@ class Runner:
         """Payloads to text parts and server timestamps, after the timing is over."""
         for record in records:
             for payload in record.payloads:
+                if type(payload) is Usage:
+                    record.output_tokens = payload.completion_tokens
+                    record.isl = payload.prompt_tokens or record.isl  # what the server prefilled (chat template included)
+                    continue
                 chunk = self.transport.decode(payload)
-                record.text_parts.append(chunk.text)
+                if chunk.replace:
+                    record.text_parts[:] = [chunk.text]
+                else:
+                    record.text_parts.append(chunk.text)
                 if chunk.perf:
                     record.perf = chunk.perf if record.perf is None else {**record.perf, **chunk.perf}
             record.payloads = []

@@ -16,10 +16,11 @@ from pipeline.bench.gates import GateResult, check_gates
 from pipeline.bench.runner import LevelRun, Load, RequestRecord, Runner
 from pipeline.bench.spec import BenchSpec, Dist
 from pipeline.bench.stats import linear_fit
-from pipeline.bench.transport import ModelInfo, Transport, TritonTransport, model_info
+from pipeline.bench.transport import LlmApiTransport, ModelInfo, Transport, TritonTransport, model_info
 from pipeline.bench.workload import (BenchRequest, count_tokens, cycle, dataset_requests, load_tokenizer,
                                      synthetic_requests)
 from pipeline.errors import InvalidInputError
+from pipeline.openai_client import parse_url
 from pipeline.paths import build_root, model_slug
 
 SCRAPE_EVERY_S = 1.0
@@ -57,8 +58,53 @@ class BenchResult:
 
 def default_metrics_url(url: str) -> str | None:
     """Triton's default metrics port only when the gRPC port is Triton's default too."""
+    if url.startswith(("http://", "https://")):
+        return None
     host, _, port = url.rpartition(":")
     return f"http://{host or '127.0.0.1'}:8002/metrics" if port == "8001" else None
+
+
+def served_model_info(spec: BenchSpec) -> ModelInfo:
+    """The served model, whichever contract it speaks (pipeline.contract.detect): ensemble-contract models go
+    through model_info as before; the LLM-API model and OpenAI servers are described from what detect read."""
+    from pipeline.contract import detect
+
+    served = detect(spec.url, spec.model, endpoint=spec.endpoint)
+    if served.kind == "triton-ensemble":
+        return model_info(served.url, served.model)
+    return ModelInfo(name=served.model, inputs=served.inputs, batched=served.batched, tokenizer_dir=served.tokenizer_dir,
+                     contract=served.kind, decoupled=served.decoupled is not False)
+
+
+def make_transport(spec: BenchSpec, info: ModelInfo, result: "BenchResult") -> Callable[[], Transport]:
+    """The transport of the model's contract, as a factory to call inside the event loop (the gRPC aio
+    client binds to the running loop); what it cannot measure or force goes to result.notes."""
+    if info.contract == "openai":
+        from pipeline.bench.openai_transport import OpenAITransport, supports_min_tokens
+
+        forced = False
+        if not spec.dataset:
+            forced, message = supports_min_tokens(spec.url.rstrip("/"), info.name, spec.endpoint)
+            if not forced:
+                result.notes.append(f"The server refuses min_tokens ({message[:160]}): output lengths are not forced, so "
+                                    "runs with different OSL are not comparable.")
+        if spec.perf_metrics:
+            result.notes.append("--perf-metrics: an OpenAI server reports no per-request timestamps; client times only.")
+        result.notes.append(f"OpenAI {spec.endpoint} endpoint: OSL is the server's usage.completion_tokens (the tokenizer "
+                            "count of the text where a server reports none), ISL is usage.prompt_tokens"
+                            + (" (the chat template the server applies included)." if spec.endpoint == "chat" else "."))
+        return lambda: OpenAITransport(spec.url.rstrip("/"), info.name, endpoint=spec.endpoint, min_tokens=forced)
+    if info.contract == "triton-llmapi":
+        if not spec.dataset:
+            result.notes.append(f"{info.name} (LLM-API contract) has no min_tokens input: output lengths are not forced.")
+        if not info.decoupled:
+            result.notes.append(f"{info.name} is not decoupled: one whole response per request, so TTFT equals latency "
+                                "and TPOT is undefined (render the repository decoupled to stream).")
+        return lambda: LlmApiTransport(spec.url, info, perf_metrics=spec.perf_metrics, timeout_s=None)
+    if not spec.dataset and "min_tokens" not in info.inputs:
+        result.notes.append(f"{info.name} has no min_tokens input: output lengths are not forced, so runs with "
+                            "different OSL are not comparable (render the repository with min_tokens).")
+    return lambda: TritonTransport(spec.url, info, perf_metrics=spec.perf_metrics, timeout_s=None)
 
 
 def resolve_tokenizer(spec: BenchSpec, info: ModelInfo) -> Path:
@@ -113,7 +159,9 @@ class LevelDriver:
 def finish_level(run: LevelRun, tokenizer: Any) -> tuple[dict[str, Any], list[M.RequestMetrics]]:
     """Count output tokens (after the run, off the hot path) and summarise."""
     ok = [r for r in run.records if r.ok]
-    counts = dict(zip((r.index for r in ok), count_tokens(tokenizer, [r.text for r in ok])))
+    uncounted = [r for r in ok if r.output_tokens is None]  # the server's own count (OpenAI usage) wins
+    counts = dict(zip((r.index for r in uncounted), count_tokens(tokenizer, [r.text for r in uncounted])))
+    counts.update({r.index: r.output_tokens for r in ok if r.output_tokens is not None})
     metrics = [M.request_metrics(r, counts.get(r.index)) for r in run.records]
     return M.level_summary(run, metrics), metrics
 
@@ -217,7 +265,8 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
     SLO failures are in result.failed_gates; raising GateFailedError is the caller's choice (the
     CLI does), so that the reports are always written first.
     """
-    info = info or model_info(spec.url, spec.model)
+    parse_url(spec.url)
+    info = info or served_model_info(spec)
     tokenizer_dir = None
     if tokenizer is None:
         tokenizer_dir = resolve_tokenizer(spec, info)
@@ -232,15 +281,14 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
     else:
         pool = synthetic_requests(tokenizer, spec.isl, spec.osl, min(size, DURATION_POOL * 4), seed=spec.seed)
     metrics_url = spec.metrics_url or default_metrics_url(spec.url)
-    if not spec.dataset and "min_tokens" not in info.inputs:
-        result.notes.append(f"{info.name} has no min_tokens input: output lengths are not forced, so runs with "
-                            "different OSL are not comparable (render the repository with min_tokens).")
+    own = transport is None
+    factory = None if transport is not None else make_transport(spec, info, result)
     if metrics_url is None:
-        result.notes.append("Server metrics not scraped: pass --metrics-url http://HOST:8002/metrics.")
+        result.notes.append("Server metrics not scraped: pass --metrics-url http://HOST:8002/metrics (Triton), or a "
+                            "Prometheus endpoint of the OpenAI server if it has one.")
 
     async def main() -> None:
-        own = transport is None
-        t = transport or TritonTransport(spec.url, info, perf_metrics=spec.perf_metrics, timeout_s=None)
+        t = transport or factory()
         runner = Runner(t, request_timeout_s=spec.request_timeout_s, on_done=on_done)
         try:
             await measure(spec, runner, tokenizer, pool, result, metrics_url, on_level)
@@ -270,7 +318,7 @@ def write_run(result: BenchResult, reports: Path) -> Path:
         files.update(plot_all(result, tmp))
         inputs = result.spec.model_dump(mode="json")
         write_json_atomic(tmp / "manifest.json", build_manifest(stage="bench", inputs=inputs, inputs_hash=sha256_json(inputs),
-                                                                folder=tmp, started=started, packages=("tritonclient",)))
+                                                                folder=tmp, started=started, packages=("tritonclient", "aiohttp")))
     result.out_dir = destination
     result.files = {k: destination / Path(v).name for k, v in files.items()}
     return destination

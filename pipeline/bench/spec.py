@@ -78,8 +78,9 @@ class BenchSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    url: str
-    model: str = "ensemble"
+    url: str  # Triton gRPC HOST:PORT, or an OpenAI base URL http(s)://HOST:PORT/v1
+    model: str | None = None  # None: ensemble (else the LLM-API model), or the OpenAI server's model
+    endpoint: Literal["chat", "completions"] = "chat"  # OpenAI servers only
     concurrency: tuple[int, ...] = (1,)
     rate: tuple[float, ...] = ()  # requests/s; when given, request-rate mode replaces the concurrency sweep
     arrival: Literal["poisson", "constant"] = "poisson"

@@ -19,11 +19,24 @@ PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_
 
 class Chunk(NamedTuple):
     """One streamed response: its text (str, or raw UTF-8 bytes decoded after the run), or an
-    error; perf holds server timestamps. A tuple: it is made once per token on the hot path."""
+    error; perf holds server timestamps. A tuple: it is made once per token on the hot path.
+    replace: the text is the whole text so far (the LLM-API model's cumulative text_output), not an addition.
+    output_tokens / prompt_tokens: the server's own counts (OpenAI usage), when it reports them."""
 
     text: str | bytes = ""
     error: str | None = None
     perf: dict[str, int] | None = None
+    replace: bool = False
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+
+
+class Usage(NamedTuple):
+    """A streamed event that carries counts but no text (OpenAI's final usage chunk): the runner keeps it
+    without stamping a time, so it is neither a token nor the end of the output."""
+
+    completion_tokens: int | None
+    prompt_tokens: int | None
 
 
 class Transport(Protocol):
@@ -45,6 +58,8 @@ class ModelInfo:
     inputs: frozenset[str]
     batched: bool
     tokenizer_dir: Path | None = None
+    contract: str = "triton-ensemble"  # pipeline.contract.Kind
+    decoupled: bool = True
 
 
 def model_info(url: str, model: str) -> ModelInfo:
@@ -74,12 +89,12 @@ def model_info(url: str, model: str) -> ModelInfo:
                                    "as NVIDIA's ensemble and BLS models take them.",
                                    hint="Benchmark the ensemble or tensorrt_llm_bls model.")
         return ModelInfo(name=model, inputs=inputs, batched=config.max_batch_size > 0,
-                         tokenizer_dir=_served_tokenizer_dir(client, model, config))
+                         tokenizer_dir=served_tokenizer_dir(client, config))
     finally:
         client.close()
 
 
-def _served_tokenizer_dir(client: Any, model: str, config: Any) -> Path | None:
+def served_tokenizer_dir(client: Any, config: Any) -> Path | None:
     """tokenizer_dir of the preprocessing model (or of the model itself, for BLS-like models)."""
     from tritonclient.utils import InferenceServerException
 
@@ -150,6 +165,28 @@ class TritonTransport:
         if isinstance(payload, bytes):
             return Chunk(text=_bytes_tensor_join(payload))
         return _chunk(payload, self.perf_metrics)
+
+
+class LlmApiTransport(TritonTransport):
+    """The Triton LLM-API model (pipeline.client.build_llmapi_inputs): streamed when the model is decoupled
+    (else one whole response per request, so TTFT equals the latency); text_output is cumulative, so every
+    chunk replaces the text so far. No min_tokens input: output lengths are not forced."""
+
+    def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
+        from pipeline.client import GenerateRequest, build_llmapi_inputs
+
+        inputs = build_llmapi_inputs(GenerateRequest(prompt=request.prompt, max_tokens=request.max_tokens,
+                                                     stream=self.info.decoupled, return_perf_metrics=self.perf_metrics),
+                                     batched=self.info.batched, declared=self.info.inputs)
+
+        async def one_request():
+            yield {"model_name": self.info.name, "inputs": inputs, "request_id": str(request.index)}
+
+        return self.client.stream_infer(one_request(), stream_timeout=self.timeout_s)
+
+    def decode(self, payload: Any) -> Chunk:
+        chunk = TritonTransport.decode(self, payload)
+        return chunk._replace(replace=True)
 
 
 def _bytes_tensor_join(raw: bytes) -> bytes:

@@ -17,12 +17,17 @@ TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel size.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Redo the stage even if an identical artifact exists.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: under build/).")]
-UrlOpt = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT.")]
+UrlOpt = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT, or an OpenAI-compatible server "
+                                     "http(s)://HOST:PORT/v1 (trtllm-serve, transformers serve); the contract is detected.")]
+EndpointOpt = Annotated[str, typer.Option("--endpoint", help="OpenAI servers: chat (/v1/chat/completions; the server "
+                                          "applies the chat template) or completions (/v1/completions, raw text).")]
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="auto: every visible GPU (accelerate device_map) when the model fits, else the "
                       "CPU with a time estimate; cuda or cpu force one (refused, exit 2, when it does not fit).")
 ]
-ServedModelOpt = Annotated[str, typer.Option("--model", help="Served model to call: ensemble or tensorrt_llm_bls.")]
+ServedModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model to call: ensemble or tensorrt_llm_bls "
+                                                      "(default ensemble, else the LLM-API tensorrt_llm model); the "
+                                                      "OpenAI model id (default: the one /v1/models lists).")]
 
 
 def set_json(json_output: bool) -> None:

@@ -1,4 +1,5 @@
-"""`pipeline bench`: latency/throughput through tritonclient streaming, SLO gates, reports and plots."""
+"""`pipeline bench`: latency/throughput through tritonclient streaming (Triton ensemble/BLS or LLM-API) or an
+OpenAI-compatible server's SSE streams; SLO gates, reports and plots."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, set_json
+from pipeline.cli._options import EndpointOpt, JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, set_json
 from pipeline.errors import GateFailedError, InvalidInputError
 from pipeline.output import OUT, simple_table
 
@@ -56,7 +57,8 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
 
 def bench(
     url: UrlOpt = "127.0.0.1:8001",
-    model: ServedModelOpt = "ensemble",
+    model: ServedModelOpt = None,
+    endpoint: EndpointOpt = "chat",
     concurrency: ConcurrencyOpt = "1,2,4,8",
     rate: RateOpt = None,
     arrival: ArrivalOpt = "poisson",
@@ -86,8 +88,10 @@ def bench(
     set_json(json_output)
     if arrival not in ("poisson", "constant"):
         raise InvalidInputError(f"--arrival {arrival!r} is not poisson or constant.", hint="--arrival poisson")
+    if endpoint not in ("chat", "completions"):
+        raise InvalidInputError(f"--endpoint {endpoint!r} is not chat or completions.", hint="--endpoint chat")
     spec = BenchSpec(
-        url=url, model=model, concurrency=_ints(concurrency, "--concurrency"),
+        url=url, model=model, endpoint=endpoint, concurrency=_ints(concurrency, "--concurrency"),
         rate=_floats(rate, "--rate") if rate else (), arrival=arrival, requests=requests, duration_s=duration,
         warmup=warmup, isl=Dist.parse(isl, what="--isl"), osl=Dist.parse(osl, what="--osl"), dataset=dataset,
         tokenizer=tokenizer, slo=tuple(parse_slo(s) for s in slo or ()), out=out, metrics_url=metrics_url, seed=seed,

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import JsonOpt, ServedModelOpt, UrlOpt, set_json, spec_from_options
+from pipeline.cli._options import EndpointOpt, JsonOpt, ServedModelOpt, UrlOpt, set_json, spec_from_options
 from pipeline.output import OUT, simple_table
 from pipeline.smoke import SmokeSpec, require_pass, run_smoke
 
 ReportOpt = Annotated[Optional[Path], typer.Option("--report", help="Also write the JSON report to this file.")]
-LongPromptOpt = Annotated[int, typer.Option("--long-prompt-words", min=1, help="Words in the too-long prompt check.")]
+LongPromptOpt = Annotated[Optional[int], typer.Option("--long-prompt-words", min=1, help="Words in the too-long prompt "
+                                                      "check (default 20000; OpenAI: the model's context + 64).")]
+SkipOpt = Annotated[Optional[List[str]], typer.Option("--skip", help="A check not to run (repeat), e.g. too_long_prompt "
+                                                    "against a server that does not check prompt lengths.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -21,15 +24,20 @@ def register(app: typer.Typer) -> None:
 
 def smoke(
     url: UrlOpt,
-    model: ServedModelOpt = "ensemble",
+    model: ServedModelOpt = None,
+    endpoint: EndpointOpt = "chat",
     report: ReportOpt = None,
-    long_prompt_words: LongPromptOpt = 20000,
+    long_prompt_words: LongPromptOpt = None,
+    skip: SkipOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Run the smoke checks against a served repository; exit 0 only when all pass (4 otherwise)."""
+    """Run the smoke checks against a served model (Triton ensemble/BLS, Triton LLM-API, or OpenAI API);
+    exit 0 only when all pass (4 otherwise)."""
     set_json(json_output)
-    spec = spec_from_options(SmokeSpec, url=url, model=model, report=report, long_prompt_words=long_prompt_words)
+    spec = spec_from_options(SmokeSpec, url=url, model=model, endpoint=endpoint, report=report,
+                             long_prompt_words=long_prompt_words, skip=tuple(skip or ()))
     result = run_smoke(spec)
-    rows = [["PASS" if c.passed else "FAIL", c.name, f"{c.seconds:.1f}", c.detail] for c in result.checks]
-    OUT.result(result, table=simple_table(f"Smoke: {result.model} at {result.url}", ["result", "check", "s", "detail"], rows))
+    rows = [["SKIP" if c.skipped else "PASS" if c.passed else "FAIL", c.name, f"{c.seconds:.1f}", c.detail] for c in result.checks]
+    title = f"Smoke: {result.model} at {result.url}" + (f" ({result.contract})" if result.contract else "")
+    OUT.result(result, table=simple_table(title, ["result", "check", "s", "detail"], rows))
     require_pass(result)
