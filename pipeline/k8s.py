@@ -21,6 +21,11 @@ Shape:
   pinned Triton image, the bundle at /models; the image store, and the PVC fill Job's source), a Job
   that fills the claim (pvc, with --bundle-image), an init container that syncs the S3 prefix (s3).
   Pods of the pvc and s3 stores start Triton only once /models/manifest.json names the bundle.
+- a PyTorch-backend deployable (pipeline build --backend pytorch: model/ + llm_api_options.yaml) has two
+  APIs (pipeline/k8s_pytorch.py): `--api triton`, tritonserver on the Triton LLM-API repository
+  `pipeline render` makes of it, and `--api openai`, `trtllm-serve` on the deployable itself (probes on
+  /health, Prometheus scraping /prometheus/metrics). Same stores, GPU affinity, security context and
+  validation; one pod per replica (multi-node PyTorch-backend serving is not rendered).
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ TRITON_CORE_METRICS = frozenset({
 })
 
 ModelStore = Literal["pvc", "image", "s3"]
+Api = Literal["triton", "openai"]
+Serving = Literal["ensemble", "llmapi", "openai"]  # what the pod runs: Triton on an engine, Triton LLM-API, trtllm-serve
 
 # /dev/shm per Python-backend stub: Triton's python backend maps a region of shm-default-byte-size per
 # model instance and grows it by shm-growth-byte-size (64 MiB each in older python_backend releases, 1 MiB
@@ -100,7 +107,8 @@ class K8sSpec(BaseModel):
 
     profile_id: str | None = None
     engine_dir: Path | None = None
-    name: str | None = Field(None, description="resource name (default: triton-<model>-<id[:8]>)")
+    api: Api = Field("triton", description="triton, or openai (trtllm-serve; PyTorch-backend deployables only)")
+    name: str | None = Field(None, description="resource name (default: triton-<model>-<id[:8]>, trtllm-serve-... for openai)")
     namespace: str = "default"
     replicas: int = Field(1, ge=1)
     min_replicas: int | None = Field(None, ge=1)
@@ -275,6 +283,16 @@ def plan_layout(profile: BuildProfile, gpu: GpuSpec, gpus_per_node: int) -> Layo
     return Layout("LeaderWorkerSet", world, world // gpus_per_node, gpus_per_node)
 
 
+def one_pod_per_replica(layout: Layout, spec: K8sSpec, serving: Serving) -> None:
+    """PyTorch-backend deployables are rendered for one pod per replica (no multi-node LLM API here)."""
+    if serving != "ensemble" and layout.kind != "Deployment":
+        raise UnsupportedError(
+            f"World size {layout.world_size} spans {layout.pods_per_replica} nodes; PyTorch-backend deployables are "
+            "rendered for one pod per replica.",
+            hint=f"Build it with tp x pp <= --gpus-per-node ({spec.gpus_per_node}), or serve this world size as an engine "
+            "(`pipeline build --backend tensorrt`), which renders as a LeaderWorkerSet.")
+
+
 # ---------------------------------------------------------------------------------------------
 # Manifests
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +308,20 @@ class _Ctx:
     engine_bytes: int
     bundle_hash: str = ""
     python_stubs: int = 0
+    serving: Serving = "ensemble"
+    max_batch_size: int = 0  # the LLM-API options' (llmapi: the in-flight target of the autoscaler)
+
+    @property
+    def openai(self) -> bool:
+        return self.serving == "openai"
+
+    @property
+    def container(self) -> str:
+        return "trtllm-serve" if self.openai else "triton"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {"http": HTTP_PORT} if self.openai else dict(PORTS)
 
     @property
     def ns(self) -> str:
@@ -305,7 +337,7 @@ class _Ctx:
 
     @property
     def selector(self) -> dict[str, str]:
-        return {"app.kubernetes.io/name": "triton", "app.kubernetes.io/instance": self.name}
+        return {"app.kubernetes.io/name": self.container, "app.kubernetes.io/instance": self.name}
 
     @property
     def serving_selector(self) -> dict[str, str]:
@@ -326,9 +358,10 @@ class _Ctx:
         return {"name": name or self.name, "namespace": self.ns, "labels": dict(self.labels), **extra}
 
 
-def default_name(profile: BuildProfile) -> str:
+def default_name(profile: BuildProfile, api: Api = "triton") -> str:
     model = re.sub(r"[^a-z0-9-]+", "-", profile.model.lower()).strip("-")[:30].rstrip("-")
-    return f"triton-{model}-{profile.id[:8]}" if model else f"triton-{profile.id[:8]}"
+    prefix = "trtllm-serve" if api == "openai" else "triton"
+    return f"{prefix}-{model}-{profile.id[:8]}" if model else f"{prefix}-{profile.id[:8]}"
 
 
 def _quantity_gib(gib: float) -> str:
@@ -372,9 +405,13 @@ def server_command(ctx: _Ctx) -> list[str]:
     launch_triton_server.py) with the ports and repository of the pod."""
     from pipeline.serve import ServerSpec, mpirun_command, tritonserver_command
 
+    if ctx.openai:
+        from pipeline.k8s_pytorch import openai_command
+
+        return openai_command(ctx)
     spec = ServerSpec(repo=Path(MODEL_MOUNT), http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
                       world_size=ctx.layout.world_size, extra_args=tuple(_tritonserver_args(ctx)))
-    if ctx.layout.world_size == 1:
+    if ctx.layout.world_size == 1 or ctx.serving == "llmapi":  # the LLM API starts its own workers
         return tritonserver_command(spec, "tritonserver")
     command = mpirun_command(spec, "tritonserver")
     if ctx.lws:
@@ -405,7 +442,7 @@ def _env(ctx: _Ctx) -> list[dict[str, Any]]:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     if ctx.cpu:  # the reference runtime sizes its torch threads from this, not from the node's cores
         env.append({"name": "PIPELINE_CPU_LIMIT", "valueFrom": {"resourceFieldRef": {
-            "containerName": "triton", "resource": "limits.cpu", "divisor": "1"}}})
+            "containerName": ctx.container, "resource": "limits.cpu", "divisor": "1"}}})
     return env
 
 
@@ -536,25 +573,35 @@ def _triton_container(ctx: _Ctx, sizing: dict[str, Any], mounts: list[dict[str, 
     else:  # the runtime reads this limit (PIPELINE_CPU_LIMIT) to size its threads
         resources["limits"]["cpu"] = sizing["cpu"]
     probe = {"port": "http"}
+    ready, live = probe_paths(ctx)
     return {
-        "name": "triton",
+        "name": ctx.container,
         "image": ctx.spec.image or TRITON_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": server_command(ctx),
         "env": _env(ctx),
-        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in PORTS.items()],
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ctx.ports.items()],
         "resources": resources,
-        "startupProbe": {"httpGet": {"path": READY_PATH, **probe}, "periodSeconds": startup_period,
+        "startupProbe": {"httpGet": {"path": ready, **probe}, "periodSeconds": startup_period,
                          "failureThreshold": math.ceil(sizing["startup_s"] / startup_period), "timeoutSeconds": 5},
-        "readinessProbe": {"httpGet": {"path": READY_PATH, **probe}, "periodSeconds": 5, "failureThreshold": 3,
+        "readinessProbe": {"httpGet": {"path": ready, **probe}, "periodSeconds": 5, "failureThreshold": 3,
                            "timeoutSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": LIVE_PATH, **probe}, "periodSeconds": 10, "failureThreshold": 6,
+        "livenessProbe": {"httpGet": {"path": live, **probe}, "periodSeconds": 10, "failureThreshold": 6,
                           "timeoutSeconds": 5},
         # keep serving while endpoints drop this pod, then SIGTERM lets Triton finish in-flight requests
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {DRAIN_SECONDS}"]}}},
         "securityContext": _security(),
         "volumeMounts": mounts,
     }
+
+
+def probe_paths(ctx: _Ctx) -> tuple[str, str]:
+    """(readiness/startup, liveness) HTTP paths: Triton's health API, or trtllm-serve's /health."""
+    if ctx.openai:
+        from pipeline.trtllm_serve import HEALTH_PATH
+
+        return HEALTH_PATH, HEALTH_PATH
+    return READY_PATH, LIVE_PATH
 
 
 def _worker_container(ctx: _Ctx, sizing: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -604,9 +651,15 @@ CPU_IMAGE_NOTE = ("the reference runtime's Python backend imports torch, transfo
                   "serve it from an image that has them (--image, e.g. the project's Dockerfile image)")
 
 
-def notes_for(profile: BuildProfile, spec: K8sSpec) -> tuple[str, ...]:
+def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble") -> tuple[str, ...]:
     """What a user must know before applying these manifests."""
     notes = []
+    if serving == "openai":
+        notes.append("trtllm-serve exports Prometheus metrics at /prometheus/metrics only with the LLM-API option "
+                     "return_perf_metrics: true; the bundle's llm_api_options.yaml sets it (the deployable's is unchanged)")
+    if serving == "llmapi":
+        notes.append("the Triton LLM-API model exports Triton's core metrics only (no nv_trt_llm_* families): the "
+                     "autoscaler reads requests in flight per pod against the options' max_batch_size")
     if profile.runtime == "reference" and not spec.image:
         notes.append(f"{CPU_IMAGE_NOTE}; the default {TRITON_IMAGE} does not carry the pipeline")
     if profile.runtime == "reference" and spec.model_store in ("image", "pvc") and not spec.base_image:
@@ -734,7 +787,7 @@ def _lws_extras(ctx: _Ctx) -> dict[str, list[dict[str, Any]]]:
 def _service(ctx: _Ctx) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service", "metadata": ctx.meta(),
             "spec": {"type": "ClusterIP", "selector": dict(ctx.serving_selector),
-                     "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in PORTS.items()]}}
+                     "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ctx.ports.items()]}}
 
 
 def _sel(ctx: _Ctx, model: str | None = None, extra: str = "") -> str:
@@ -753,26 +806,55 @@ def ratio_expr(ctx: _Ctx) -> str:
             f"/ clamp_min(sum by (namespace, pod) (rate(nv_inference_compute_infer_duration_us{sel}[1m])), 1)")
 
 
+@dataclass(frozen=True)
+class Scaling:
+    """What the autoscaler reads: a recorded per-pod series, its adapter name, and the target per pod."""
+
+    record: str
+    metric: str
+    expr: str
+    target: str
+
+
+def scaling(ctx: _Ctx) -> Scaling:
+    if ctx.serving != "ensemble":
+        from pipeline.k8s_pytorch import pytorch_scaling
+
+        return pytorch_scaling(ctx)
+    return Scaling(RATIO_RECORD, RATIO_METRIC, ratio_expr(ctx), _milli(ctx.spec.queue_ratio_target))
+
+
+def metrics_endpoint(ctx: _Ctx) -> dict[str, str]:
+    """Where Prometheus scrapes a serving pod: Triton's metrics port, or trtllm-serve's HTTP port."""
+    if ctx.openai:
+        from pipeline.trtllm_serve import PROMETHEUS_PATH
+
+        return {"port": "http", "path": PROMETHEUS_PATH}
+    return {"port": "metrics", "path": "/metrics"}
+
+
 def _pod_monitor(ctx: _Ctx) -> dict[str, Any]:
     return {"apiVersion": MONITORING_API, "kind": "PodMonitor", "metadata": ctx.meta(),
             "spec": {"selector": {"matchLabels": dict(ctx.serving_selector)},
-                     "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]}}
+                     "podMetricsEndpoints": [{**metrics_endpoint(ctx), "interval": "15s"}]}}
 
 
 def _prometheus_rule(ctx: _Ctx) -> dict[str, Any]:
+    scale = scaling(ctx)
     return {"apiVersion": MONITORING_API, "kind": "PrometheusRule", "metadata": ctx.meta(),
             "spec": {"groups": [{"name": f"{ctx.name}.rules", "interval": "15s", "rules": [
-                {"record": RATIO_RECORD, "expr": ratio_expr(ctx),
+                {"record": scale.record, "expr": scale.expr,
                  "labels": {"deployment": ctx.name}},
             ]}]}}
 
 
 def _adapter_config(ctx: _Ctx) -> dict[str, Any]:
-    """prometheus-adapter rule exposing the recorded ratio as the per-pod custom metric the HPA reads."""
+    """prometheus-adapter rule exposing the recorded series as the per-pod custom metric the HPA reads."""
+    scale = scaling(ctx)
     rules = {"rules": [{
-        "seriesQuery": f'{RATIO_RECORD}{{namespace!="",pod!=""}}',
+        "seriesQuery": f'{scale.record}{{namespace!="",pod!=""}}',
         "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": f"^{re.escape(RATIO_RECORD)}$", "as": RATIO_METRIC},
+        "name": {"matches": f"^{re.escape(scale.record)}$", "as": scale.metric},
         "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
     }]}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": ctx.meta(f"{ctx.name}-prometheus-adapter-rules"),
@@ -785,9 +867,9 @@ def _hpa(ctx: _Ctx) -> dict[str, Any]:
               else {"apiVersion": "apps/v1", "kind": "Deployment", "name": ctx.name})
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": ctx.meta(),
             "spec": {"scaleTargetRef": target, "minReplicas": low, "maxReplicas": high,
-                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": RATIO_METRIC},
+                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": scaling(ctx).metric},
                                                            "target": {"type": "AverageValue",
-                                                                      "averageValue": _milli(ctx.spec.queue_ratio_target)}}}],
+                                                                      "averageValue": scaling(ctx).target}}}],
                      # engines take minutes to load: add one replica at a time, remove slowly
                      "behavior": {"scaleUp": {"stabilizationWindowSeconds": 60,
                                               "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}]},
@@ -814,15 +896,6 @@ def dashboard(ctx: _Ctx) -> dict[str, Any]:
     request duration minus first-response time over output tokens (nv_llm_output_token_len)."""
     entry = "ensemble|tensorrt_llm_bls"
     trt = _sel(ctx, HPA_MODEL)
-
-    def panel(pid: int, title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int, desc: str = "") -> dict[str, Any]:
-        return {"id": pid, "type": "timeseries", "title": title, "description": desc,
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
-                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                "targets": [{"refId": chr(65 + i), "expr": expr, "legendFormat": legend}
-                            for i, (expr, legend) in enumerate(targets)]}
-
     ttft = "nv_inference_first_response_histogram_ms_bucket" + _sel(ctx, entry)
     tpot = (f"(sum(rate(nv_inference_request_duration_us{trt}[5m])) / 1000"
             f" - sum(rate(nv_inference_first_response_histogram_ms_sum{trt}[5m])))"
@@ -859,9 +932,23 @@ def dashboard(ctx: _Ctx) -> dict[str, Any]:
             (f"sum by (pod) (nv_trt_llm_runtime_memory_metrics{runtime_gpu})",
              "TensorRT-LLM runtime {{pod}}")], 12, 16),
     ]
+    return dashboard_frame(ctx, f"Triton {ctx.profile.model} ({ctx.profile.name})", ["triton"], panels)
+
+
+def panel(pid: int, title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int, desc: str = "") -> dict[str, Any]:
+    """One Grafana timeseries panel on the Prometheus datasource variable."""
+    return {"id": pid, "type": "timeseries", "title": title, "description": desc,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"refId": chr(65 + i), "expr": expr, "legendFormat": legend}
+                        for i, (expr, legend) in enumerate(targets)]}
+
+
+def dashboard_frame(ctx: _Ctx, title: str, tags: list[str], panels: list[dict[str, Any]], description: str = "") -> dict[str, Any]:
     return {
-        "uid": f"{ctx.name}"[:40], "title": f"Triton {ctx.profile.model} ({ctx.profile.name})",
-        "tags": ["triton", "tensorrt-llm", "trtllm-pipeline"], "timezone": "browser", "schemaVersion": 39,
+        "uid": f"{ctx.name}"[:40], "title": title, "description": description,
+        "tags": [*tags, "tensorrt-llm", "trtllm-pipeline"], "timezone": "browser", "schemaVersion": 39,
         "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}]},
         "panels": panels,
@@ -871,8 +958,14 @@ def dashboard(ctx: _Ctx) -> dict[str, Any]:
 def _dashboard_configmap(ctx: _Ctx) -> dict[str, Any]:
     meta = ctx.meta(f"{ctx.name}-dashboard")
     meta["labels"]["grafana_dashboard"] = "1"  # picked up by the Grafana sidecar (kube-prometheus-stack)
+    if ctx.serving == "ensemble":
+        board = dashboard(ctx)
+    else:
+        from pipeline.k8s_pytorch import pytorch_dashboard
+
+        board = pytorch_dashboard(ctx)
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "data": {f"{ctx.name}.json": json.dumps(dashboard(ctx), indent=2, ensure_ascii=False) + "\n"}}
+            "data": {f"{ctx.name}.json": json.dumps(board, indent=2, ensure_ascii=False) + "\n"}}
 
 
 def python_stub_count(repo: Path) -> int:
@@ -887,10 +980,12 @@ def python_stub_count(repo: Path) -> int:
     return count
 
 
-def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 0,
-                     bundle_hash: str = "", python_stubs: int = 0) -> dict[str, list[dict[str, Any]]]:
+def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 0, bundle_hash: str = "",
+                     python_stubs: int = 0, serving: Serving = "ensemble",
+                     max_batch_size: int = 0) -> dict[str, list[dict[str, Any]]]:
     """File name -> documents, in the order kustomization.yaml lists them. Pure: writes nothing.
-    python_stubs sizes /dev/shm (python_stub_count of the bundle)."""
+    python_stubs sizes /dev/shm (python_stub_count of the bundle); serving and max_batch_size come from
+    a PyTorch-backend deployable (pipeline/k8s_pytorch.py)."""
     gpu = get_gpu(profile.gpu)
     if gpu.is_cpu != (profile.runtime == "reference"):
         raise UnsupportedError(f"Profile {profile.name} pairs runtime {profile.runtime} with GPU {profile.gpu}.",
@@ -899,8 +994,9 @@ def render_manifests(profile: BuildProfile, spec: K8sSpec, *, size_bytes: int = 
         raise UnsupportedError(f"The GPU table has no nvidia.com/gpu.product label for {gpu.key}.",
                                hint="Add its GPU Feature Discovery product label to pipeline/data/gpus.json.")
     layout = plan_layout(profile, gpu, spec.gpus_per_node)
-    name = spec.name or default_name(profile)
-    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes, bundle_hash, python_stubs)
+    one_pod_per_replica(layout, spec, serving)
+    name = spec.name or default_name(profile, spec.api)
+    ctx = _Ctx(profile, gpu, spec, layout, name, size_bytes, bundle_hash, python_stubs, serving, max_batch_size)
     files: dict[str, list[dict[str, Any]]] = {"serviceaccount.yaml": [_service_account(ctx)]}
     if ctx.lws:
         files.update(_lws_extras(ctx))
@@ -1020,18 +1116,28 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     engine_dir = Path(spec.engine_dir).resolve() if spec.engine_dir else find_engine(spec.profile_id or "")
     if not engine_dir.is_dir():
         raise InvalidInputError(f"Engine folder {engine_dir} does not exist.", hint="Run `pipeline build` first or fix --engine.")
+    from pipeline import k8s_pytorch
+
     profile = profile_from_engine(engine_dir)
+    serving = k8s_pytorch.serving_for(spec, engine_dir, profile)
+    one_pod_per_replica(plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node), spec, serving)  # before any bundle
     size = engine_bytes(engine_dir)
-    bundle_dir = bundle_for(spec, engine_dir, profile)
+    batch = 0
+    if serving == "ensemble":
+        bundle_dir = bundle_for(spec, engine_dir, profile)
+    else:
+        batch = k8s_pytorch.max_batch_size(engine_dir, profile)
+        bundle_dir = (k8s_pytorch.openai_bundle_for if serving == "openai" else k8s_pytorch.llmapi_bundle_for)(
+            spec, engine_dir, profile)
     bundle_hash = str((read_manifest(bundle_dir) or {}).get("inputs_hash") or "")
     files = render_manifests(profile, spec, size_bytes=size, bundle_hash=bundle_hash,
-                             python_stubs=python_stub_count(bundle_dir))
+                             python_stubs=python_stub_count(bundle_dir), serving=serving, max_batch_size=batch)
     problems = validate_files(files)
     if problems:  # a bug in the renderer, never the user's input: say exactly what
         raise RuntimeError("Rendered manifests failed validation:\n" + "\n".join(problems))
     gpu = get_gpu(profile.gpu)
     layout = plan_layout(profile, gpu, spec.gpus_per_node)
-    out = Path(spec.out).resolve() if spec.out else stage_dir(profile.model, "k8s", profile.id)
+    out = Path(spec.out).resolve() if spec.out else stage_dir(profile.model, "k8s", profile.id + ("-openai" if serving == "openai" else ""))
     options = spec.model_dump(mode="json", exclude={"out", "force", "profile_id", "engine_dir"})
     inputs = {"profile": profile.model_dump(mode="json"), "spec": options, "bundle": bundle_hash,
               "bundle_dir": str(bundle_dir), "engine_bytes": size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
@@ -1041,7 +1147,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     result = K8sResult(out_dir=out, profile_id=profile.id, profile_name=profile.name, kind=layout.kind,
                        replicas=spec.replicas, pods_per_replica=layout.pods_per_replica, gpus_per_pod=layout.gpus_per_pod,
                        files=tuple(names), skipped=True, validated_with=f"kubernetes-validate --strict {KUBERNETES_VERSION}",
-                       notes=notes_for(profile, spec), bundle_dir=bundle_dir, next_steps=steps)
+                       notes=notes_for(profile, spec, serving), bundle_dir=bundle_dir, next_steps=steps)
     if not spec.force and is_up_to_date(out, inputs_hash):
         return result
     with atomic_dir(out) as tmp:
@@ -1061,19 +1167,25 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
 def bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Path:
     """The bundle the model store will hold: --bundle (checked: rendered for /models, from this profile),
     else rendered (or reused, same inputs) at build/<model>/bundles/<profile-id>/."""
-    from pipeline.bundle import recorded_root
     from pipeline.render import RenderSpec, render
 
     if spec.bundle is None:
         return render(RenderSpec(engine=engine_dir, model_root=Path(MODEL_MOUNT),
                                  out=stage_dir(profile.model, "bundles", profile.id))).repo
-    folder = Path(spec.bundle).resolve()
+    return given_bundle(Path(spec.bundle), engine_dir, profile)
+
+
+def given_bundle(bundle: Path, engine_dir: Path, profile: BuildProfile, how: str | None = None) -> Path:
+    """--bundle, checked: made for /models from this profile. `how` says how to make a right one."""
+    from pipeline.bundle import recorded_root
+
+    folder = Path(bundle).resolve()
     root = recorded_root(folder)
+    how = how or f"Render it with `pipeline render --engine {engine_dir} --model-root {MODEL_MOUNT} --out DIR`"
     if root != Path(MODEL_MOUNT):
         raise InvalidInputError(f"--bundle {folder} is {'rendered for ' + str(root) if root else 'not a rendered bundle'}; "
                                 f"the pods read it at {MODEL_MOUNT}.",
-                                hint=f"Render it with `pipeline render --engine {engine_dir} --model-root {MODEL_MOUNT} --out DIR`, "
-                                "or leave --bundle out to have it rendered.")
+                                hint=f"{how}, or leave --bundle out to have it made.")
     recorded = (read_manifest(folder) or {}).get("profile")
     try:
         same = recorded is None or BuildProfile(**recorded).id == profile.id

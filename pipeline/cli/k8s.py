@@ -13,6 +13,9 @@ from pipeline.output import OUT, simple_table
 
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Build profile id (or readable name) under build/*/engines/.")]
 EngineOpt = Annotated[Optional[Path], typer.Option("--engine", help="Engine folder with a manifest.json (instead of --profile).")]
+ApiOpt = Annotated[str, typer.Option(
+    "--api", help="triton: tritonserver (engine ensemble, or the Triton LLM-API repository of a PyTorch-backend deployable); "
+    "openai: trtllm-serve (PyTorch-backend deployables).")]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", min=1, help="Initial replicas (each replica = one pod, or one LeaderWorkerSet group).")]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", help="Namespace of every resource.")]
 ModelStoreOpt = Annotated[str, typer.Option("--model-store", help="Where the Triton repository comes from: pvc, image or s3.")]
@@ -34,7 +37,7 @@ BaseImageOpt = Annotated[Optional[str], typer.Option(
 
 
 def register(app: typer.Typer) -> None:
-    k8s = typer.Typer(name="k8s", help="Kubernetes manifests for Triton deployments.", no_args_is_help=True)
+    k8s = typer.Typer(name="k8s", help="Kubernetes manifests for Triton and trtllm-serve deployments.", no_args_is_help=True)
     k8s.command("render")(render)
     app.add_typer(k8s, name="k8s")
 
@@ -42,6 +45,7 @@ def register(app: typer.Typer) -> None:
 def render(
     profile: ProfileOpt = None,
     engine: EngineOpt = None,
+    api: ApiOpt = "triton",
     replicas: ReplicasOpt = 1,
     namespace: NamespaceOpt = "default",
     model_store: ModelStoreOpt = "pvc",
@@ -68,9 +72,11 @@ def render(
 
     if model_store not in ("pvc", "image", "s3"):
         raise InvalidInputError(f"Unknown --model-store {model_store!r}.", hint="Use pvc, image or s3.")
+    if api not in ("triton", "openai"):
+        raise InvalidInputError(f"Unknown --api {api!r}.", hint="Use triton (Triton Inference Server) or openai (trtllm-serve).")
     spec = spec_from_options(
         K8sSpec,
-        profile_id=profile, engine_dir=engine, replicas=replicas, namespace=namespace, model_store=model_store,
+        profile_id=profile, engine_dir=engine, api=api, replicas=replicas, namespace=namespace, model_store=model_store,
         s3_uri=s3_uri, pvc_name=pvc_name, image=image, bundle=bundle, bundle_image=bundle_image, base_image=base_image,
         min_replicas=min_replicas, max_replicas=max_replicas,
         gpus_per_node=gpus_per_node, name=name, hf_token_secret=hf_token_secret,

@@ -122,6 +122,10 @@ def test_every_manifest_validates(build: Path, case: str) -> None:
     """Built-in kinds: strict OpenAPI schema of a current Kubernetes; CRDs: structure, and their pod
     templates against the core PodTemplate schema (kubernetes-validate ships no CRD schemas)."""
     _, folder = render(build, case)
+    assert_valid(folder)
+
+
+def assert_valid(folder: Path) -> None:
     docs = all_docs(folder)
     assert docs
     for doc in docs:

@@ -1,0 +1,336 @@
+"""`pipeline k8s render` for a PyTorch-backend deployable (engines/<id>/ with model/ and llm_api_options.yaml).
+
+Two APIs, everything else as for engines (pipeline/k8s.py: stores, GPU affinity, security context,
+/dev/shm, probes, PDB, HPA, monitoring, validation):
+- `--api triton`: tritonserver on the Triton LLM-API repository `pipeline render` makes of the
+  deployable (tensorrt_llm/config.pbtxt + 1/model.yaml, backend: pytorch), rendered for /models. One
+  tritonserver process: the LLM API starts its own tensor-parallel workers.
+- `--api openai`: `trtllm-serve` (pipeline/trtllm_serve.py) on a bundle of the deployable itself:
+  /models/model/ (hard links), /models/llm_api_options.yaml (the planner's options plus
+  `return_perf_metrics: true`, without which trtllm-serve mounts no /prometheus/metrics) and a
+  manifest.json naming the bundle, which the pvc/s3 stores' wait and sync scripts look for.
+
+Monitoring. Triton LLM-API: only Triton's core families (the C++ backend's nv_trt_llm_* and
+nv_llm_* families do not exist for a Python model). trtllm-serve: the five families of
+pipeline/data/trtllm_serve_metrics.tsv. The autoscaler reads, per pod:
+- trtllm-serve: queue:compute, request_queue_time_seconds over (e2e latency - queue time), the same
+  meaning and --queue-ratio-target as Triton's queue:compute ratio for engines;
+- Triton LLM-API: requests in flight, rate(nv_inference_request_duration_us) / 1e6 (Little's law;
+  a decoupled request's duration runs to its final response, as the engine dashboard's TPOT panel
+  assumes), against the options' max_batch_size: the LLM API queues requests inside the model, where
+  Triton's queue and compute times (which end when execute() returns) cannot see them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.artifacts import (
+    MANIFEST_NAME,
+    atomic_dir,
+    build_manifest,
+    is_up_to_date,
+    link_or_copy,
+    read_manifest,
+    sha256_file,
+    sha256_json,
+)
+from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE
+from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.gpus import get_gpu
+from pipeline.k8s import (
+    HPA_MODEL,
+    HTTP_PORT,
+    MODEL_MOUNT,
+    K8sSpec,
+    Scaling,
+    Serving,
+    _Ctx,
+    _milli,
+    _sel,
+    dashboard_frame,
+    given_bundle,
+    panel,
+)
+from pipeline.paths import stage_dir
+from pipeline.profiles import BuildProfile
+from pipeline.trtllm_serve import MONITORING_OPTIONS, trtllm_serve_command
+
+PYTORCH_BACKEND = "pytorch"
+OPENAI_BUNDLE_STAGE = "bundle-openai"
+LLMAPI_MODEL_YAML = Path("tensorrt_llm") / "1" / "model.yaml"
+INFLIGHT_RECORD = "triton:requests_in_flight:rate1m"
+INFLIGHT_METRIC = "triton_requests_in_flight"
+OPENAI_RATIO_RECORD = "trtllm:queue_compute_ratio:rate1m"
+OPENAI_RATIO_METRIC = "trtllm_queue_compute_ratio"
+
+
+# ---------------------------------------------------------------------------------------------
+# Which deployable, which API
+# ---------------------------------------------------------------------------------------------
+
+
+def deployable_backend(engine_dir: Path) -> str:
+    """"pytorch" for a PyTorch-backend deployable (its manifest's "backend"), else "tensorrt"."""
+    manifest = read_manifest(Path(engine_dir)) or {}
+    return str(manifest.get("backend") or (manifest.get("profile") or {}).get("backend") or "tensorrt")
+
+
+def serving_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Serving:
+    """What the pods run for this folder and --api; refuses the pairs that cannot work (exit 2)."""
+    backend = deployable_backend(engine_dir)
+    if backend != PYTORCH_BACKEND:
+        if spec.api == "openai":
+            raise InvalidInputError(
+                f"--api openai runs trtllm-serve on a PyTorch-backend deployable; {engine_dir} is a TensorRT engine "
+                f"(backend {backend}).",
+                hint="Render this engine with --api triton (the default), or build a PyTorch-backend deployable "
+                "(`pipeline build --backend pytorch --checkpoint <hf-...> --gpu G`) and render that with --api openai.")
+        return "ensemble"
+    missing = [name for name in (MODEL_SUBDIR, OPTIONS_FILE) if not (Path(engine_dir) / name).exists()]
+    if missing:
+        raise InvalidInputError(f"{engine_dir} records backend pytorch but has no {' or '.join(missing)}.",
+                                hint="Rebuild it with `pipeline build --backend pytorch`.")
+    if spec.api == "triton":
+        return "llmapi"
+    if get_gpu(profile.gpu).is_cpu:
+        raise UnsupportedError(
+            f"--api openai runs trtllm-serve, which needs a GPU; {engine_dir} was built for the CPU.",
+            hint="Render it with --api triton (the reference runtime behind the LLM-API contract), or serve it here "
+            "with `pipeline serve --api openai` (transformers serve).")
+    return "openai"
+
+
+def read_options(engine_dir: Path) -> dict[str, Any]:
+    path = Path(engine_dir) / OPTIONS_FILE
+    try:
+        options = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise InvalidInputError(f"{path} is not readable YAML: {error}.",
+                                hint="Rebuild the deployable with `pipeline build --backend pytorch`.") from error
+    if not isinstance(options, dict):
+        raise InvalidInputError(f"{path} holds no mapping of LLM-API options.",
+                                hint="Rebuild the deployable with `pipeline build --backend pytorch`.")
+    return options
+
+
+def max_batch_size(engine_dir: Path, profile: BuildProfile) -> int:
+    """The options' max_batch_size (the autoscaler's in-flight target); checks their parallelism first."""
+    options = read_options(engine_dir)
+    tp, pp = (int(options.get(key) or 1) for key in ("tensor_parallel_size", "pipeline_parallel_size"))
+    if (tp, pp) != (profile.tp, profile.pp):
+        raise InvalidInputError(
+            f"{Path(engine_dir) / OPTIONS_FILE} asks for tensor_parallel_size {tp} x pipeline_parallel_size {pp}; its "
+            f"profile (and so each pod's GPUs) has tp {profile.tp} x pp {profile.pp}.",
+            hint="Rebuild the deployable with `pipeline build --backend pytorch` rather than editing its options.")
+    value = options.get("max_batch_size")
+    return int(value) if isinstance(value, int) and value > 0 else profile.max_batch_size
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundles
+# ---------------------------------------------------------------------------------------------
+
+
+def llmapi_bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Path:
+    """The Triton LLM-API repository rendered for /models: --bundle, or `pipeline render`'s (reused
+    when its inputs are unchanged) at build/<model>/bundles/<profile-id>/."""
+    from pipeline.render import RenderSpec, render
+
+    how = f"Render it with `pipeline render --engine {engine_dir} --model-root {MODEL_MOUNT} --out DIR` and pass --bundle DIR"
+    if spec.bundle is not None:
+        folder = given_bundle(Path(spec.bundle), engine_dir, profile, how)
+    else:
+        try:
+            folder = render(RenderSpec(engine=engine_dir, model_root=Path(MODEL_MOUNT),
+                                       out=stage_dir(profile.model, "bundles", profile.id))).repo
+        except InvalidInputError as error:
+            raise InvalidInputError(
+                f"--api triton serves the Triton LLM-API repository of {engine_dir}; `pipeline render` made none: "
+                f"{error.message}",
+                hint=f"{how}; or render the manifests with --api openai (trtllm-serve on the deployable itself).") from error
+    if not is_llmapi_repo(folder):
+        raise InvalidInputError(
+            f"{folder} is not a Triton LLM-API repository ({LLMAPI_MODEL_YAML} with backend: pytorch is missing).",
+            hint=f"{how}; or use --api openai (trtllm-serve on the deployable itself).")
+    return folder
+
+
+def is_llmapi_repo(folder: Path) -> bool:
+    path = Path(folder) / LLMAPI_MODEL_YAML
+    try:
+        model = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(model, dict) and model.get("backend") == PYTORCH_BACKEND
+
+
+def serve_options(engine_dir: Path) -> dict[str, Any]:
+    """The deployable's options as the pod reads them: paths inside the deployable moved under /models,
+    any other absolute path refused, and the monitoring options trtllm-serve needs for /prometheus/metrics."""
+    engine_dir = Path(engine_dir).resolve()
+
+    def move(value: Any, key: str) -> Any:
+        if isinstance(value, dict):
+            return {k: move(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v, key) for v in value]
+        if isinstance(value, str) and value.startswith("/"):
+            path = Path(value).resolve()
+            if not path.is_relative_to(engine_dir):
+                raise InvalidInputError(f"{engine_dir / OPTIONS_FILE}: {key} names {value}, outside the deployable, "
+                                        "which the pods cannot read.",
+                                        hint="Keep every file the options name inside the deployable folder.")
+            return str(Path(MODEL_MOUNT) / path.relative_to(engine_dir))
+        return value
+
+    return {**move(read_options(engine_dir), "options"), **MONITORING_OPTIONS}
+
+
+def openai_bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Path:
+    """--bundle (checked), or the bundle written (reused when unchanged) at build/<model>/bundles/<id>-openai/."""
+    if spec.bundle is None:
+        return write_openai_bundle(engine_dir, profile, stage_dir(profile.model, "bundles", f"{profile.id}-openai"))
+    folder = Path(spec.bundle).resolve()
+    manifest = read_manifest(folder) or {}
+    if manifest.get("stage") != OPENAI_BUNDLE_STAGE or (manifest.get("bundle") or {}).get("model_root") != MODEL_MOUNT:
+        raise InvalidInputError(f"--bundle {folder} is not a trtllm-serve bundle for {MODEL_MOUNT}.",
+                                hint="Leave --bundle out: `pipeline k8s render --api openai` writes it under "
+                                "build/<model>/bundles/<profile-id>-openai/.")
+    if (manifest.get("profile") or {}) != profile.model_dump(mode="json"):
+        raise InvalidInputError(f"--bundle {folder} holds another deployable than profile {profile.id}.",
+                                hint="Pass the bundle made from this deployable, or leave --bundle out.")
+    return folder
+
+
+def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> Path:
+    """model/ hard-linked from the deployable, the options for the pod, a manifest naming the bundle."""
+    from pipeline.bundle import tree_identity
+
+    started = time.time()
+    engine_dir = Path(engine_dir).resolve()
+    options = serve_options(engine_dir)
+    inputs = {"profile": profile.model_dump(mode="json"), "deployable": tree_identity(engine_dir),
+              "options": options, "model_root": MODEL_MOUNT}
+    inputs_hash = sha256_json(inputs)
+    if is_up_to_date(out, inputs_hash):
+        return out
+    recorded = (read_manifest(engine_dir) or {}).get("files") or {}
+    model = engine_dir / MODEL_SUBDIR
+    with atomic_dir(out) as tmp:
+        files: dict[str, dict[str, Any]] = {}
+        for source in sorted(p for p in model.rglob("*") if p.is_file()):
+            rel = source.relative_to(engine_dir).as_posix()
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(source, tmp / rel)
+            size = source.stat().st_size
+            known = recorded.get(rel) or {}  # hashed once at build: weights are gigabytes
+            files[rel] = {"sha256": known["sha256"] if known.get("size") == size and known.get("sha256")
+                          else sha256_file(source), "size": size}
+        (tmp / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+        files[OPTIONS_FILE] = {"sha256": sha256_file(tmp / OPTIONS_FILE), "size": (tmp / OPTIONS_FILE).stat().st_size}
+        manifest = build_manifest(stage=OPENAI_BUNDLE_STAGE, inputs=inputs, inputs_hash=inputs_hash, folder=tmp,
+                                  started=started, files=files, packages=("pyyaml",),
+                                  extra={"profile": profile.model_dump(mode="json"), "backend": PYTORCH_BACKEND,
+                                         "bundle": {"model_root": MODEL_MOUNT, "api": "openai"},
+                                         "command": bundle_command(profile)})
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def bundle_command(profile: BuildProfile) -> list[str]:
+    """trtllm-serve on the bundle at /models."""
+    return trtllm_serve_command(Path(MODEL_MOUNT) / MODEL_SUBDIR, Path(MODEL_MOUNT) / OPTIONS_FILE, "0.0.0.0", HTTP_PORT,
+                                tp_size=profile.tp, pp_size=profile.pp)
+
+
+def openai_command(ctx: _Ctx) -> list[str]:
+    return bundle_command(ctx.profile)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autoscaling and dashboards
+# ---------------------------------------------------------------------------------------------
+
+
+def openai_ratio_expr(ctx: _Ctx) -> str:
+    sel = _sel(ctx)
+    queue = f"sum by (namespace, pod) (rate(request_queue_time_seconds_sum{sel}[1m]))"
+    e2e = f"sum by (namespace, pod) (rate(e2e_request_latency_seconds_sum{sel}[1m]))"
+    # clamp_min keeps an idle pod at 0 instead of 0/0 = NaN
+    return f"{queue}\n/ clamp_min({e2e} - {queue}, 0.001)"
+
+
+def inflight_expr(ctx: _Ctx) -> str:
+    return f"sum by (namespace, pod) (rate(nv_inference_request_duration_us{_sel(ctx, HPA_MODEL)}[1m])) / 1e6"
+
+
+def pytorch_scaling(ctx: _Ctx) -> Scaling:
+    if ctx.openai:
+        return Scaling(OPENAI_RATIO_RECORD, OPENAI_RATIO_METRIC, openai_ratio_expr(ctx), _milli(ctx.spec.queue_ratio_target))
+    return Scaling(INFLIGHT_RECORD, INFLIGHT_METRIC, inflight_expr(ctx), str(max(1, ctx.max_batch_size)))
+
+
+NO_COUNTERPART = {
+    "llmapi": "No counterpart for a Python model: requests active/queued inside the LLM API, KV-cache blocks, "
+              "TensorRT-LLM runtime memory and output-token counts (TPOT) are nv_trt_llm_*/nv_llm_* families of the "
+              "C++ tensorrtllm backend only.",
+    "openai": "No counterpart in trtllm-serve's Prometheus families (TensorRT-LLM 1.1): KV-cache blocks and GPU memory "
+              "(its /metrics JSON iteration stats carry them with enable_iter_perf_stats, not scrapeable; use the GPU "
+              "Operator's dcgm-exporter for GPU memory) and Triton's pending-request count.",
+}
+
+
+def pytorch_dashboard(ctx: _Ctx) -> dict[str, Any]:
+    """The engine dashboard's panels where the PyTorch-backend servers export a counterpart."""
+    scale = pytorch_scaling(ctx)
+    recorded = f'{scale.record}{{namespace="{ctx.ns}",deployment="{ctx.name}"}}'
+    if ctx.openai:
+        sel = _sel(ctx)
+
+        def quantiles(family: str) -> list[tuple[str, str]]:
+            return [(f"histogram_quantile({q}, sum by (le) (rate({family}_bucket{sel}[5m])))", f"p{round(q * 100)}")
+                    for q in (0.5, 0.99)]
+
+        mean = "sum(rate({0}_sum{1}[5m])) / clamp_min(sum(rate({0}_count{1}[5m])), 1e-9)"
+        panels = [
+            panel(1, "Time to first token", "s", quantiles("time_to_first_token_seconds"), 0, 0,
+                  "time_to_first_token_seconds (trtllm-serve, return_perf_metrics)."),
+            panel(2, "Time per output token", "s", quantiles("time_per_output_token_seconds"), 12, 0,
+                  "time_per_output_token_seconds: exported directly (Triton's engine dashboard derives it)."),
+            panel(3, "Queue vs end-to-end time per request", "s", [
+                (mean.format("request_queue_time_seconds", sel), "queue"),
+                (mean.format("e2e_request_latency_seconds", sel), "end to end"),
+                (recorded, "queue:compute {{pod}}")], 0, 8, "The HPA scales on queue:compute per pod."),
+            panel(4, "Requests in flight (Little's law) and finished", "short", [
+                (f"sum by (pod) (rate(e2e_request_latency_seconds_sum{sel}[5m]))", "in flight {{pod}}"),
+                (f"sum by (finished_reason) (rate(request_success_total{sel}[5m]))", "finished/s {{finished_reason}}")],
+                  12, 8),
+        ]
+        title, tags = f"trtllm-serve {ctx.profile.model} ({ctx.profile.name})", ["trtllm-serve"]
+    else:
+        sel, all_models = _sel(ctx, HPA_MODEL), _sel(ctx)
+        ttft = f"nv_inference_first_response_histogram_ms_bucket{sel}"
+        panels = [
+            panel(1, "Time to first token (first streamed response)", "ms", [
+                (f"histogram_quantile(0.5, sum by (le) (rate({ttft}[5m])))", "p50"),
+                (f"histogram_quantile(0.99, sum by (le) (rate({ttft}[5m])))", "p99")], 0, 0,
+                  "nv_inference_first_response_histogram_ms (needs --metrics-config=histogram_latencies=true)."),
+            panel(2, "Request duration (mean)", "µs", [
+                (f"sum(rate(nv_inference_request_duration_us{sel}[5m])) / "
+                 f"clamp_min(sum(rate(nv_inference_request_success{sel}[5m])), 1e-9)", "mean")], 12, 0),
+            panel(3, "Requests in flight (Little's law)", "short", [
+                (recorded, "in flight {{pod}}"),
+                (f"sum(nv_inference_pending_request_count{all_models})", "Triton pending")], 0, 8,
+                  f"The HPA adds a pod when pods average more than max_batch_size ({ctx.max_batch_size}) in flight."),
+            panel(4, "GPU memory", "bytes", [
+                (f"sum by (gpu_uuid) (nv_gpu_memory_used_bytes{all_models})", "used {{gpu_uuid}}"),
+                (f"sum by (gpu_uuid) (nv_gpu_memory_total_bytes{all_models})", "total {{gpu_uuid}}")], 12, 8),
+        ]
+        title, tags = f"Triton LLM-API {ctx.profile.model} ({ctx.profile.name})", ["triton", "llmapi"]
+    return dashboard_frame(ctx, title, tags, panels, NO_COUNTERPART[ctx.serving])

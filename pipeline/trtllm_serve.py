@@ -1,0 +1,98 @@
+"""`trtllm-serve`: TensorRT-LLM's OpenAI-compatible server, as the pinned release (1.1.0) spells it.
+
+One command builder for everyone who starts it (`pipeline serve --api openai` on a GPU, the
+Kubernetes manifests of `pipeline k8s render --api openai`), checked against the upstream option
+table in pipeline/data/trtllm_serve_flags.tsv (NVIDIA/TensorRT-LLM
+`tensorrt_llm/commands/serve.py` @4c05a74891e4, the 1.1-era file the index holds).
+
+What the server answers (tensorrt_llm/serve/openai_server.py @e7f7345e31e5):
+- `/health`: 200 once the HTTP server runs, which is after `LLM(...)` has loaded the model
+  (launch_server builds the LLM first, then starts uvicorn); `/health_generate` runs a one-token chat
+  generation (too costly for a probe).
+- `/metrics`: JSON iteration statistics (needs `enable_iter_perf_stats`; each poll drains the queue),
+  not the Prometheus text format: nothing to scrape.
+- `/prometheus/metrics`: the Prometheus families of pipeline/data/trtllm_serve_metrics.tsv, mounted
+  only when the LLM-API option `return_perf_metrics` is true (`OpenAIServer.register_routes`).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.resources
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+SOURCE_COMMIT = "4c05a74891e4df8066f08ed4ce14b0972abe4e25"
+BINARY = "trtllm-serve"
+SUBCOMMAND = "serve"  # `trtllm-serve MODEL` resolves to it too (DefaultGroup); named for clarity
+HEALTH_PATH = "/health"
+PROMETHEUS_PATH = "/prometheus/metrics"
+ITERATION_STATS_PATH = "/metrics"
+DEFAULT_PORT = 8000
+MONITORING_OPTIONS = {"return_perf_metrics": True}
+"""LLM-API options (BaseLlmArgs fields) without which /prometheus/metrics is not mounted."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    value: str  # positional | str | int | float | choice | flag
+    default: str
+    choices: tuple[str, ...]
+
+
+def _table(name: str) -> list[dict[str, str]]:
+    text = importlib.resources.files("pipeline.data").joinpath(name).read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t"))
+
+
+@lru_cache(maxsize=1)
+def flags() -> dict[str, Flag]:
+    """`trtllm-serve serve`'s options by name (the upstream table)."""
+    table = {}
+    for row in _table("trtllm_serve_flags.tsv"):
+        choices = tuple(row["choices"].split("|")) if "|" in row["choices"] else ()
+        table[row["flag"]] = Flag(row["flag"], row["value"], row["default"], choices)
+    return table
+
+
+@lru_cache(maxsize=1)
+def metric_families() -> dict[str, str]:
+    """Prometheus family -> type, as /prometheus/metrics exports them (histograms as _bucket/_sum/_count)."""
+    return {row["family"]: row["type"] for row in _table("trtllm_serve_metrics.tsv")}
+
+
+def exported_series() -> set[str]:
+    names: set[str] = set()
+    for family, kind in metric_families().items():
+        names |= {f"{family}_{s}" for s in ("bucket", "sum", "count")} if kind == "histogram" else {family}
+    return names
+
+
+def _option(name: str, value: object | None = None) -> list[str]:
+    flag = flags().get(name)
+    if flag is None:  # a bug here, not the user's input: the table is upstream's
+        raise ValueError(f"trtllm-serve @{SOURCE_COMMIT[:12]} has no option {name}")
+    if flag.value == "flag":
+        return [name] if value else []
+    if flag.choices and str(value) not in flag.choices:
+        raise ValueError(f"trtllm-serve {name} takes one of {', '.join(flag.choices)}, not {value!r}")
+    return [name, str(value)]
+
+
+def trtllm_serve_command(model_dir: Path | str, options_file: Path | str, host: str = "0.0.0.0",
+                         port: int = DEFAULT_PORT, tp_size: int = 1, pp_size: int = 1, *,
+                         binary: str = BINARY, backend: str = "pytorch") -> list[str]:
+    """The command line that serves a PyTorch-backend deployable: its model/ folder and its LLM-API
+    options (`--extra_llm_api_options`, merged over the flags, so the planner's choices win).
+
+    tp/pp are passed as flags too so the process layout is visible in the command (and agrees with the
+    options file's tensor/pipeline_parallel_size, which override them)."""
+    command = [binary, SUBCOMMAND, str(model_dir)]
+    command += _option("--host", host) + _option("--port", int(port))
+    command += _option("--backend", backend)
+    command += _option("--tp_size", int(tp_size)) + _option("--pp_size", int(pp_size))
+    command += _option("--extra_llm_api_options", str(options_file))
+    return command
