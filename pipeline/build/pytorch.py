@@ -169,11 +169,12 @@ def _find_hf_checkpoint(model: str, quant: str | None, kv_cache: str | None) -> 
     from pipeline.build.checkpoint import hf_precision
 
     want_kv = kv_cache_format(kv_cache).name
+    want = {quant_format(quant).name} if quant else {"fp16", "bf16"}  # no --quant: 16-bit, as the engine path
     found = []
     for folder in sorted(stage_dir(model, "checkpoints").glob(f"{HF_CHECKPOINT_PREFIX}*")):
         if (folder / "config.json").is_file() and (folder / MANIFEST_NAME).is_file():
             held = hf_precision(folder)
-            if (quant is None or held[0] == quant_format(quant).name) and held[1] == want_kv:
+            if held[0] in want and held[1] == want_kv:
                 found.append(((folder / MANIFEST_NAME).stat().st_mtime, folder))
     if found:
         return max(found)[1]

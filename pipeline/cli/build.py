@@ -23,7 +23,9 @@ MaybeTpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, help="Tensor-p
 MaybePpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, help="Pipeline-parallel size (a checkpoint fixes it).")]
 MaxInputOpt = Annotated[Optional[int], typer.Option("--max-input-len", min=1, help="Longest prompt (default 1024).")]
 MaxSeqOpt = Annotated[Optional[int], typer.Option("--max-seq-len", min=2, help="Prompt + output tokens (default 2048).")]
-MaxBatchOpt = Annotated[Optional[int], typer.Option("--max-batch-size", min=1, help="Default: 4 (latency) or from the KV capacity (throughput).")]
+MaxBatchOpt = Annotated[Optional[int], typer.Option(
+    "--max-batch-size", min=1, help="Default: the planner's for the goal (latency: the KV capacity up to 64; throughput: "
+    "a little above the KV capacity; --gpu cpu: 4 or 16).")]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-num-tokens", min=1, help="Batched tokens per step (default per goal).")]
 BlockOpt = Annotated[Optional[int], typer.Option("--tokens-per-block", min=1, help="Paged KV block size (default 32 latency, 64 throughput).")]
 GemmOpt = Annotated[Optional[str], typer.Option("--gemm-plugin", help="Override the GEMM plugin choice (auto, float16, bfloat16, fp8, nvfp4, disable).")]

@@ -15,6 +15,8 @@ ModelSourceOpt = Annotated[str, typer.Option(
 GpuOrAutoOpt = Annotated[Optional[str], typer.Option(
     "--gpu", help="One GPU key, or `auto` for this machine's GPU (default: every GPU in the table).")]
 GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput (decides max_batch_size).")]
+BackendFilterOpt = Annotated[Optional[str], typer.Option(
+    "--backend", help="tensorrt or pytorch: list one backend's profiles (default: both).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "throughput",
-             json_output: JsonOpt = False) -> None:
+             backend: BackendFilterOpt = None, json_output: JsonOpt = False) -> None:
     """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision
     x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
     from pipeline.errors import InvalidInputError
@@ -45,7 +47,9 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
             gpu = detect_gpu_key()
             OUT.info(f"--gpu auto: {gpu}")
         gpus = [gpu]
-    rows = list_profiles(source, model=name, gpus=gpus, goal=goal)
+    if backend not in (None, "tensorrt", "pytorch"):
+        raise InvalidInputError(f"Unknown backend {backend!r}.", hint="Use --backend tensorrt or --backend pytorch.")
+    rows = [r for r in list_profiles(source, model=name, gpus=gpus, goal=goal) if backend in (None, r.backend)]
     table = simple_table(
         f"Build profiles for {model} ({goal}); --json for the full reasons",
         ["status", "backend", "GPU", "quant", "tp", "GiB/GPU", "KV seqs", "batch", "built", "reason / fix; here"],

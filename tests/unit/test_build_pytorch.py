@@ -196,6 +196,26 @@ def test_plan_from_the_hf_folder_with_another_precision_is_plan_only(build_root,
     assert Path(result["deploy_dir"]).name == result["plan"]["profile_id"]
 
 
+def test_model_name_finds_the_newest_hf_checkpoint_of_the_asked_precision(build_root):
+    tiny_hf(build_root / "tiny" / "hf")
+    fp8 = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    fp16 = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    make_trtllm_checkpoint(build_root / "tiny" / "checkpoints" / "fp8-tp1")
+    assert plan_pytorch(spec(gpu="h100", model="tiny", quant="fp8")).checkpoint == fp8.resolve()
+    assert plan_pytorch(spec(gpu="h100", model="tiny")).checkpoint == fp16.resolve()
+    with pytest.raises(InvalidInputError):  # no int4_awq checkpoint: planned from hf/, but not built
+        build_pytorch(spec(gpu="h100", model="tiny", quant="int4_awq"))
+
+
+def test_engine_path_does_not_pick_an_hf_checkpoint_by_model_name(build_root):
+    from pipeline.build import plan_build
+
+    make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    with pytest.raises(InvalidInputError) as refused:
+        plan_build(BuildSpec(gpu="h100", model="tiny"))
+    assert "No fp16 checkpoint" in refused.value.message
+
+
 def test_dry_run_json_has_options_and_memory(build_root, capsys):
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h200", "--dry-run", "--json"]) == 0

@@ -84,6 +84,10 @@ def test_profiles_cli_json_and_auto(capsys, tmp_path, monkeypatch):
     assert run(["profiles", "--model", str(LLAMA), "--gpu", "auto", "--json"]) == 0  # no GPU here: the CPU
     assert {r["gpu"] for r in json.loads(capsys.readouterr().out)} == {"cpu"}
     assert run(["profiles", "--model", "no-such-model"]) == 2
+    assert run(["profiles", "--model", str(LLAMA), "--gpu", "h100", "--backend", "pytorch", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["backend"] for r in rows} == {"pytorch"} and all(r["name"].startswith("torch-h100-sxm-") for r in rows)
+    assert run(["profiles", "--model", str(LLAMA), "--backend", "onnx"]) == 2
 
 
 def _engine(folder: Path, **profile) -> Path:
