@@ -2,7 +2,9 @@
 
 `pipeline render` writes a bundle: the five models, the engine folder and the tokenizer, laid out the
 way NVIDIA's tensorrtllm_backend examples lay out a repository (the engine in the `tensorrt_llm`
-model's version folder):
+model's version folder); for a PyTorch-backend deployable, the one LLM-API model with the deployable's
+files (model/, llm_api_options.yaml) in the same version folder, and model.yaml's `model` under ROOT
+(pipeline/llmapi_repo.py):
 
     ROOT/manifest.json                      the render manifest; records model_root
     ROOT/{preprocessing,postprocessing,ensemble,tensorrt_llm_bls}/...
@@ -127,24 +129,55 @@ def add_engine(bundle: Path, engine: Path, tokenizer: Path | None = None) -> Lin
     return stats
 
 
+def assemble(bundle: Path, engine: Path, root: Path, tokenizer: Path | None = None) -> LinkStats:
+    """add_engine, then path_problems: InvalidInputError when the bundle would not be self-contained."""
+    stats = add_engine(bundle, engine, tokenizer)
+    problems = path_problems(bundle, root)
+    if problems:
+        raise InvalidInputError("The rendered bundle is not self-contained:\n  " + "\n  ".join(problems),
+                                hint="A template names a path outside the bundle; fix the templates (model_repo_templates/, "
+                                "or PIPELINE_TEMPLATES_DIR). Nothing was written.")
+    return stats
+
+
 def path_problems(bundle: Path, root: Path) -> list[str]:
-    """Every parameter of every config.pbtxt that is an absolute path must lie under root and name
-    something the bundle holds (except the IMAGE_PATH_KEYS, paths of the serving image)."""
-    from pipeline.render import MODELS, parse_model_config
+    """Every parameter of every config.pbtxt that is an absolute path, and the `model` of every LLM-API
+    model.yaml, must lie under root and name something the bundle holds (except the IMAGE_PATH_KEYS,
+    paths of the serving image)."""
+    from pipeline.render import parse_model_config
 
     problems = []
-    for model in MODELS:
-        config = parse_model_config(Path(bundle) / model / "config.pbtxt")
+    for config_path in sorted(Path(bundle).glob("*/config.pbtxt")):
+        model = config_path.parent.name
+        config = parse_model_config(config_path)
         for key, value in config.parameters.items():
-            text = value.string_value
-            if not text.startswith("/") or key in IMAGE_PATH_KEYS:
-                continue
-            path = Path(text)
-            if path != root and root not in path.parents:
-                problems.append(f"{model} parameter {key} = {text} is outside the bundle root {root}")
-            elif not (Path(bundle) / path.relative_to(root)).exists():
-                problems.append(f"{model} parameter {key} = {text} names nothing in the bundle")
+            if key not in IMAGE_PATH_KEYS:
+                problems += _path_problem(bundle, root, f"{model} parameter {key}", value.string_value)
+    for model_yaml in sorted(Path(bundle).glob("*/*/model.yaml")):
+        problems += _path_problem(bundle, root, f"{model_yaml.relative_to(bundle)} model", _yaml_model(model_yaml),
+                                  required=True)
     return problems
+
+
+def _yaml_model(path: Path) -> str:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return ""
+    return str(data.get("model", "")) if isinstance(data, dict) else ""
+
+
+def _path_problem(bundle: Path, root: Path, what: str, text: str, *, required: bool = False) -> list[str]:
+    if not text.startswith("/"):
+        return [f"{what} = {text!r} is not an absolute path under the bundle root {root}"] if required else []
+    path = Path(text)
+    if path != root and root not in path.parents:
+        return [f"{what} = {text} is outside the bundle root {root}"]
+    if not (Path(bundle) / path.relative_to(root)).exists():
+        return [f"{what} = {text} names nothing in the bundle"]
+    return []
 
 
 def bundle_files(bundle: Path, engine: Path) -> dict[str, dict[str, Any]]:

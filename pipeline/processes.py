@@ -24,8 +24,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import weakref
 from concurrent.futures import Future
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 _PR_SET_PDEATHSIG = 1
@@ -135,3 +138,74 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def terminate_group(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM the process (a server stops what it started), wait up to timeout_s, then SIGKILL its whole
+    process group (it was started with start_new_session=True)."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=timeout_s)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.poll() is None:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class ServerProcess:
+    """A started server in its own process group, with its log file: a context manager that stops it, and a
+    finalizer that stops it if it is dropped unstopped. Subclasses say how long an orderly stop may take."""
+
+    def __init__(self, process: subprocess.Popen, log_file: Path, command: list[str]) -> None:
+        self.process = process
+        self.log_file = log_file
+        self.command = command
+        self.started_unix = time.time()
+        self.ready_s: float | None = None
+        self._finalizer = weakref.finalize(self, terminate_group, process, 5.0)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the server exits (or timeout); returns its exit code or None."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = Path(self.log_file).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop_timeout_s(self) -> float:
+        return 30.0
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Stop the server and everything it started: SIGTERM, then SIGKILL for the whole process group after
+        timeout_s (default: stop_timeout_s()). Safe to call twice."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            terminate_group(self.process, self.stop_timeout_s() if timeout_s is None else timeout_s)
+        return self.process.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

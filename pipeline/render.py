@@ -38,7 +38,7 @@ from pipeline.paths import build_root, safe_name
 from pipeline.profiles import check_engine_compatible
 from pipeline.versions import TRTLLM_VERSION
 
-Runtime = Literal["tensorrtllm", "reference"]
+Runtime = Literal["tensorrtllm", "reference", "llmapi"]  # llmapi: a PyTorch-backend deployable (llmapi_repo.py)
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 LOGITS_DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
 # The engine's pretrained_config.logits_dtype (trtllm-build --logits_dtype; TensorRT-LLM's default is
@@ -71,7 +71,8 @@ class RenderSpec(BaseModel):
     engine: Path = Field(description="engine folder (trtllm-build output or reference runtime folder)")
     tokenizer: Path | None = Field(None, description="tokenizer folder (default: <engine>/tokenizer)")
     model_root: Path | None = Field(None, description="absolute path of the bundle where it is served (default: out)")
-    runtime: Runtime | None = Field(None, description="default: the engine's config.json 'runtime', else tensorrtllm")
+    runtime: Runtime | None = Field(None, description="default: the engine's config.json 'runtime', else tensorrtllm; for a "
+                                    "PyTorch-backend deployable: reference when built with --gpu cpu, else llmapi")
     out: Path | None = Field(None, description="default: build/<model>/triton/<profile-id>/")
     decoupled: bool = True
     batching_strategy: Literal["inflight_fused_batching", "inflight_batching", "V1"] = "inflight_fused_batching"
@@ -180,6 +181,14 @@ def default_out_dir(engine: Path) -> Path:
 
 
 def render(spec: RenderSpec) -> RenderResult:
+    from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
+
+    if looks_like_deployable(spec.engine):  # NVIDIA's LLM-API layout (pipeline/llmapi_repo.py)
+        return render_llmapi(spec)
+    if spec.runtime == "llmapi":
+        raise InvalidInputError(f"--runtime llmapi renders a PyTorch-backend deployable; {spec.engine} is not one "
+                                f"(it has no llm_api_options.yaml).",
+                                hint="Build one with `pipeline build --backend pytorch`, or leave --runtime out for an engine folder.")
     started = time.time()
     engine = Path(spec.engine).resolve()
     config = read_engine_config(engine)
@@ -227,12 +236,7 @@ def render(spec: RenderSpec) -> RenderResult:
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
         checks = check_repository(tmp)
-        stats = bundle.add_engine(tmp, engine, outside_tokenizer)
-        problems = bundle.path_problems(tmp, root)
-        if problems:
-            raise InvalidInputError("The rendered bundle is not self-contained:\n  " + "\n  ".join(problems),
-                                    hint="A template names a path outside the bundle; fix the templates (model_repo_templates/, "
-                                    "or PIPELINE_TEMPLATES_DIR). Nothing was written.")
+        stats = bundle.assemble(tmp, engine, root, outside_tokenizer)
         checks["paths"] = f"every path in every config is under {root} and in the bundle"
         summary = bundle.describe(root, stats)
         manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary}

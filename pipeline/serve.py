@@ -28,7 +28,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -37,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.paths import build_root
-from pipeline.processes import spawn
+from pipeline.processes import ServerProcess, spawn
 
 TRTLLM_MODEL_NAMES: tuple[str, ...] = ("tensorrt_llm",)
 WARMUP_MODELS: tuple[str, ...] = ("ensemble", "tensorrt_llm_bls")
@@ -277,42 +276,14 @@ def resolve_ports(spec: ServerSpec) -> ServerSpec:
 # ---------------------------------------------------------------------------------------------
 
 
-def _terminate_group(process: subprocess.Popen, timeout_s: float) -> None:
-    """SIGTERM the server (it unloads its models and stops its stubs), then SIGKILL the whole group."""
-    if process.poll() is None:
-        try:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-        except ProcessLookupError:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if process.poll() is None:
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-class TritonServer:
-    """A started tritonserver (own process group). Use as a context manager, or call stop()."""
+class TritonServer(ServerProcess):
+    """A started tritonserver (own process group). Use as a context manager, or call stop(): SIGTERM (Triton
+    waits up to its exit timeout for in-flight requests and unloads the models), then SIGKILL for the whole
+    process group after the exit timeout plus a margin."""
 
     def __init__(self, spec: ServerSpec, process: subprocess.Popen, log_file: Path, command: list[str]) -> None:
+        super().__init__(process, log_file, command)
         self.spec = spec
-        self.process = process
-        self.log_file = log_file
-        self.command = command
-        self.started_unix = time.time()
-        self.ready_s: float | None = None
-        self._finalizer = weakref.finalize(self, _terminate_group, process, 5.0)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     @property
     def grpc_url(self) -> str:
@@ -326,33 +297,8 @@ class TritonServer:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.spec.metrics_port}/metrics"
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Block until the server exits (or timeout); returns its exit code or None."""
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def log_tail(self, lines: int = 40) -> str:
-        return _tail(self.log_file, lines)
-
-    def stop(self, timeout_s: float | None = None) -> int | None:
-        """Stop the server and everything it started: SIGTERM (Triton waits up to its exit timeout for
-        in-flight requests and unloads the models), then SIGKILL for the whole process group after
-        timeout_s (default: the exit timeout plus a margin). Safe to call twice."""
-        if self._finalizer.alive:
-            self._finalizer.detach()
-            _terminate_group(self.process, self.spec.exit_timeout_s + STOP_MARGIN_S if timeout_s is None else timeout_s)
-        return self.process.returncode
-
-    def __enter__(self) -> "TritonServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def stop_timeout_s(self) -> float:
+        return self.spec.exit_timeout_s + STOP_MARGIN_S
 
 
 def default_log_file() -> Path:
@@ -570,6 +516,7 @@ def _warmup_target(client) -> tuple[str, object] | None:
 def warm_up(server: TritonServer, requests: int = 2, max_tokens: int = 4, timeout_s: float = 120.0) -> str | None:
     """Send a few short requests so the first user request does not pay for lazy set-up: streamed when
     the repository was rendered decoupled, whole otherwise (a --no-decoupled model refuses stream=true).
+    An LLM-API repository is warmed up through its own contract (pipeline.serve_llmapi).
 
     Returns the model warmed up (None when the repository has no text model). A failing warm-up
     request is a StageFailedError: a server that cannot answer is not ready.
@@ -577,9 +524,14 @@ def warm_up(server: TritonServer, requests: int = 2, max_tokens: int = 4, timeou
     import tritonclient.grpc as grpcclient
 
     from pipeline.client import GenerateRequest, generate, is_decoupled
+    from pipeline import serve_llmapi
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
+        if serve_llmapi.is_llmapi_repo(server.spec.repo):  # NVIDIA's LLM-API contract: text_input, sampling_param_*
+            decoupled = client.get_model_config(serve_llmapi.MODEL).config.model_transaction_policy.decoupled
+            return serve_llmapi.warm_up(server.grpc_url, decoupled, requests=requests, max_tokens=max_tokens,
+                                        timeout_s=timeout_s)
         target = _warmup_target(client)
         stream = target is not None and is_decoupled(client, target[0])
     finally:

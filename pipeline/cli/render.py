@@ -11,11 +11,15 @@ from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json, spec_f
 from pipeline.output import OUT, simple_table
 from pipeline.render import RenderSpec, render as render_repo
 
-EngineOpt = Annotated[Path, typer.Option("--engine", help="Engine folder (build/<model>/engines/<profile-id>/).")]
+EngineOpt = Annotated[Path, typer.Option("--engine", help=(
+    "Engine folder or PyTorch-backend deployable (build/<model>/engines/<profile-id>/); a deployable renders "
+    "NVIDIA's LLM-API layout (one tensorrt_llm model)."))]
 TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: <engine>/tokenizer).")]
 ModelRootOpt = Annotated[Optional[Path], typer.Option(
     "--model-root", help="Absolute path the bundle will have where it is served, e.g. /models (default: --out itself).")]
-RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="tensorrtllm or reference (default: from the engine folder).")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help=(
+    "tensorrtllm or reference for an engine folder; llmapi or reference for a PyTorch-backend deployable "
+    "(default: from the folder)."))]
 DecoupledOpt = Annotated[bool, typer.Option("--decoupled/--no-decoupled", help="Decoupled transaction policy (needed for streaming).")]
 BatchingOpt = Annotated[str, typer.Option("--batching-strategy", help="inflight_fused_batching, inflight_batching or V1.")]
 SchedulerOpt = Annotated[str, typer.Option("--batch-scheduler-policy", help="guaranteed_no_evict or max_utilization.")]
@@ -63,7 +67,8 @@ def render(
     force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Render the Triton model repository for an engine: a self-contained bundle (five models, engine, tokenizer)."""
+    """Render the Triton model repository for an engine (five models, engine, tokenizer) or for a PyTorch-backend
+    deployable (NVIDIA's LLM-API model and the checkpoint): a self-contained bundle."""
     set_json(json_output)
     spec = spec_from_options(
         RenderSpec, engine=engine, tokenizer=tokenizer, runtime=runtime, out=out, model_root=model_root, decoupled=decoupled,

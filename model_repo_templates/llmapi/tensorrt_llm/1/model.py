@@ -1,0 +1,490 @@
+"""tensorrt_llm (LLM API): TensorRT-LLM's Triton LLM-API tensor contract, served by `tensorrt_llm.LLM` in the
+image or by pipeline's reference runtime on the CPU. Ours: written for this project, not copied.
+
+The contract is NVIDIA's `triton_backend/all_models/llmapi/tensorrt_llm` (pipeline/data/llmapi/contract.json
+names the upstream commits): one prompt per request in `text_input` ([1] strings; the model does not batch
+Triton requests, max_batch_size 0), `streaming`, the `sampling_param_*` inputs, `return_finish_reason`,
+`return_stop_reason`, `return_cumulative_logprob`, `stop`; outputs `text_output` and, when asked for,
+`finish_reason`, `stop_reason`, `cumulative_logprob` and the perf tensors. As upstream's model.py:
+  - `text_output` is CompletionOutput.text: in streaming mode the text generated so far (cumulative), not a
+    delta; `sampling_param_exclude_input_from_output` defaults to false, so the prompt comes first unless the
+    request sets it;
+  - finish_reason is 'stop', 'length' or 'cancelled' on the last response and 'None' before it;
+  - `stop` with the request id of running requests aborts them;
+  - max_batch_size and the transaction policy come from model.yaml `triton_config` (auto_complete_config).
+Where we differ from upstream's model.py: cumulative_logprob and the perf tensors are sent with the data types
+config.pbtxt declares (upstream sends strings for them), a `text_input` with more than one prompt is refused
+(upstream reads the first and drops the rest), and a request error carries no `text_output`.
+
+model.yaml: every key but `triton_config` goes to `tensorrt_llm.LLM(**keys)` (as upstream, through
+update_llm_args_with_extra_dict). `triton_config.runtime` (ours) picks the engine: `llmapi` (the default,
+TensorRT-LLM's PyTorch backend on the GPUs) or `reference` (a deployable built with `--gpu cpu`: the HF
+checkpoint at `model` run by pipeline.reference_runtime). The reference runtime honours max_tokens,
+temperature, top_k, top_p, seed, stop, exclude_input_from_output, return_perf_metrics and the return_* flags;
+best_of, frequency_penalty and presence_penalty are accepted and ignored, and the server log says so (once per
+input, at its first non-default value). The LLM options it maps (max_batch_size, max_num_tokens,
+max_seq_len, max_input_len, kv_cache_config, scheduler_config) and those it ignores are logged at load.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import yaml
+
+MODEL_YAML = "model.yaml"
+LOG = logging.getLogger("pipeline.llmapi_model")
+# LLM-API SamplingParams defaults the contract relies on (upstream helpers.py default_values; max_tokens: SamplingParams).
+DEFAULT_MAX_TOKENS = 32
+# Inputs the reference runtime cannot act on, with the value that changes nothing.
+IGNORED_ON_CPU = {"sampling_param_best_of": 1, "sampling_param_frequency_penalty": 0.0,
+                  "sampling_param_presence_penalty": 0.0}
+FINISH_REASONS = {"end_id": "stop", "stop_word": "stop", "length": "length", "cancelled": "cancelled"}
+PERF_INT32 = ("kv_cache_reused_block", "kv_cache_missed_block", "kv_cache_alloc_new_blocks",
+              "kv_cache_alloc_total_blocks", "total_accepted_draft_tokens", "total_draft_tokens")
+PERF_INT64 = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+PERF_FP32 = ("kv_cache_hit_rate", "acceptance_rate")
+
+
+def read_model_yaml():
+    """model.yaml beside this file ($LLM_CONFIG_PATH names another file in the same folder, as upstream)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.environ.get("LLM_CONFIG_PATH", MODEL_YAML))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as error:
+        raise pb_utils.TritonModelException(f"tensorrt_llm: cannot read {path}: {error}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("triton_config"), dict) or not config.get("model"):
+        raise pb_utils.TritonModelException(f"tensorrt_llm: {path} needs `model` and a `triton_config` mapping")
+    return config
+
+
+def _tensor(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _scalar(request, name, cast, default=None):
+    array = _tensor(request, name)
+    if array is None or array.size == 0:
+        return default
+    if array.size != 1:
+        raise ValueError(f"{name} must hold one value, got {array.size}")
+    return cast(array.reshape(-1)[0])
+
+
+def _text(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class Job:
+    """One request of the contract, parsed."""
+
+    def __init__(self, request):
+        prompts = _tensor(request, "text_input")
+        if prompts is None or prompts.size == 0:
+            raise ValueError("text_input is missing from the request")
+        if prompts.size != 1:
+            raise ValueError(f"text_input holds {prompts.size} prompts; this model takes one prompt per request "
+                             "(send several requests)")
+        self.prompt = _text(prompts.reshape(-1)[0])
+        self.streaming = _scalar(request, "streaming", bool, False)
+        self.max_tokens = _scalar(request, "sampling_param_max_tokens", int, DEFAULT_MAX_TOKENS)
+        self.temperature = _scalar(request, "sampling_param_temperature", float)
+        self.top_k = _scalar(request, "sampling_param_top_k", int)
+        self.top_p = _scalar(request, "sampling_param_top_p", float)
+        self.seed = _scalar(request, "sampling_param_seed", int)
+        self.best_of = _scalar(request, "sampling_param_best_of", int, 1)
+        self.frequency_penalty = _scalar(request, "sampling_param_frequency_penalty", float)
+        self.presence_penalty = _scalar(request, "sampling_param_presence_penalty", float)
+        stop = _tensor(request, "sampling_param_stop")
+        self.stop = [s for s in (_text(v) for v in stop.reshape(-1))] if stop is not None else []
+        if any(s == "" for s in self.stop):
+            raise ValueError("sampling_param_stop holds an empty string")
+        self.exclude_input = _scalar(request, "sampling_param_exclude_input_from_output", bool, False)
+        self.perf = _scalar(request, "sampling_param_return_perf_metrics", bool, False)
+        self.want = {name: _scalar(request, name, bool, False)
+                     for name in ("return_finish_reason", "return_stop_reason", "return_cumulative_logprob")}
+        if self.max_tokens < 1:
+            raise ValueError(f"sampling_param_max_tokens must be at least 1, got {self.max_tokens}")
+
+    def sampling_kwargs(self):
+        """The tensorrt_llm.SamplingParams keyword arguments the request sets (upstream helpers.py's mapping)."""
+        values = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
+                  "top_p": self.top_p, "seed": self.seed, "best_of": self.best_of,
+                  "frequency_penalty": self.frequency_penalty, "presence_penalty": self.presence_penalty,
+                  "exclude_input_from_output": self.exclude_input, "return_perf_metrics": self.perf,
+                  "stop": self.stop or None}
+        return {key: value for key, value in values.items() if value is not None}
+
+
+class Update:
+    """What one response carries: the text so far and, on the last one, why it ended."""
+
+    def __init__(self, text, finished, finish_reason=None, stop_reason=None, cumulative_logprob=None, perf=None):
+        self.text, self.finished = text, finished
+        self.finish_reason, self.stop_reason = finish_reason, stop_reason
+        self.cumulative_logprob, self.perf = cumulative_logprob, perf or {}
+
+
+def make_response(job, update):
+    tensors = [pb_utils.Tensor("text_output", np.array([update.text.encode("utf-8")], dtype=np.object_))]
+    if job.want["return_finish_reason"]:
+        tensors.append(pb_utils.Tensor("finish_reason", np.array([str(update.finish_reason).encode()], dtype=np.object_)))
+    if job.want["return_stop_reason"]:
+        tensors.append(pb_utils.Tensor("stop_reason", np.array([str(update.stop_reason).encode()], dtype=np.object_)))
+    if job.want["return_cumulative_logprob"] and update.cumulative_logprob is not None:
+        tensors.append(pb_utils.Tensor("cumulative_logprob", np.array([update.cumulative_logprob], dtype=np.float32)))
+    if job.perf:
+        for names, dtype in ((PERF_INT32, np.int32), (PERF_INT64, np.int64), (PERF_FP32, np.float32)):
+            for name in names:
+                if name in update.perf:
+                    tensors.append(pb_utils.Tensor(name, np.array([update.perf[name]], dtype=dtype)))
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def send_error(sender, message):
+    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    @classmethod
+    def auto_complete_config(cls, auto_complete_model_config):
+        """max_batch_size and the transaction policy from model.yaml triton_config, as upstream."""
+        triton_config = read_model_yaml()["triton_config"]
+        auto_complete_model_config.set_model_transaction_policy(dict(decoupled=bool(triton_config["decoupled"])))
+        auto_complete_model_config.set_max_batch_size(int(triton_config["max_batch_size"]))
+        return auto_complete_model_config
+
+    def initialize(self, args):
+        logger = logging.getLogger("pipeline")
+        if not any(isinstance(h, _TritonLogHandler) for h in logger.handlers):  # into the server log
+            logger.addHandler(_TritonLogHandler())
+            logger.setLevel(logging.INFO)
+        config = read_model_yaml()
+        model_config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
+        triton_config = config.pop("triton_config")
+        runtime = str(triton_config.get("runtime", "llmapi"))
+        if runtime == "reference":
+            self.engine = _ReferenceEngine(config, triton_config)
+        elif runtime == "llmapi":
+            self.engine = _LlmApiEngine(config, triton_config)
+        else:
+            raise pb_utils.TritonModelException(
+                f"tensorrt_llm: model.yaml triton_config.runtime is {runtime!r}; use llmapi (TensorRT-LLM) or reference (CPU)")
+        self.lock = threading.Lock()
+        self.running = {}  # client request id -> {engine handles}
+
+    def execute(self, requests):
+        # Every request answers through its response sender, so execute returns at once: requests join the
+        # running batch in either transaction policy, and a `stop` reaches the requests it names while they run.
+        for request in requests:
+            self._start(request, request.get_response_sender())
+        return None
+
+    def _start(self, request, sender):
+        user_id = request.request_id()
+        try:
+            if _scalar(request, "stop", bool, False):
+                self._stop(user_id, sender)
+                return
+            job = Job(request)
+            if job.streaming and not self.decoupled:
+                raise ValueError("streaming needs the decoupled transaction policy (render with --decoupled)")
+        except (ValueError, TypeError) as error:
+            send_error(sender, f"Error generating request: {error}")
+            return
+        done = threading.Event()
+
+        def emit(update):
+            if done.is_set():
+                return
+            if update.finished:
+                done.set()
+                self._forget(user_id, handle)
+            if job.streaming:
+                sender.send(make_response(job, update),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if update.finished else 0)
+            elif update.finished:
+                sender.send(make_response(job, update), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        def fail(message):
+            if not done.is_set():
+                done.set()
+                self._forget(user_id, handle)
+                send_error(sender, f"Error generating request: {message}")
+
+        handle = None
+        try:
+            handle = self.engine.submit(job, emit, fail, getattr(sender, "is_cancelled", None))
+        except (ValueError, RuntimeError) as error:
+            fail(str(error))
+            return
+        if user_id and not done.is_set():
+            with self.lock:
+                self.running.setdefault(user_id, set()).add(handle)
+
+    def _forget(self, user_id, handle):
+        if not user_id or handle is None:
+            return
+        with self.lock:
+            handles = self.running.get(user_id)
+            if handles is not None:
+                handles.discard(handle)
+                if not handles:
+                    del self.running[user_id]
+
+    def _stop(self, user_id, sender):
+        if not user_id:
+            send_error(sender, "A request id must be provided for request cancellation")
+            return
+        with self.lock:
+            handles = list(self.running.get(user_id, ()))
+        for handle in handles:
+            self.engine.abort(handle)
+        # as upstream: the stop request itself is answered with a CANCELLED error
+        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client",
+                                                                          pb_utils.TritonError.CANCELLED)),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def finalize(self):
+        self.engine.close()
+
+
+class _ReferenceEngine:
+    """pipeline.reference_runtime behind the contract: the HF checkpoint at `model` on the CPU."""
+
+    def __init__(self, config, triton_config):
+        import locale
+
+        try:  # the stub's interpreter starts in the C locale; ModelOpt/torch read UTF-8 files at import
+            locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+        except locale.Error:
+            pass
+        from transformers import AutoTokenizer
+
+        from pipeline.reference_runtime.engine import EngineLimits, ReferenceEngine
+        from pipeline.reference_runtime.kv_cache import KvCacheError
+
+        model_dir = config.get("model")
+        self.limits, honoured, ignored = reference_limits(config, triton_config)
+        for line in honoured:
+            LOG.info("reference runtime honours %s", line)
+        for line in ignored:
+            LOG.warning("reference runtime ignores %s", line)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        simulated = triton_config.get("simulated") or {}
+        if simulated:
+            LOG.info("reference runtime simulates %s (KV %s) with ModelOpt fake quantization over %s",
+                     simulated.get("quant"), simulated.get("kv_cache"), model_dir)
+        try:
+            self.engine = ReferenceEngine(model_dir, EngineLimits(**self.limits), simulated_quant=(
+                simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
+        except KvCacheError as error:
+            raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
+        self.warned = set()
+        self.warned_lock = threading.Lock()
+
+    def _ignore(self, job):
+        for name, neutral in IGNORED_ON_CPU.items():
+            value = getattr(job, name.replace("sampling_param_", ""))
+            if value is not None and value != neutral:
+                with self.warned_lock:
+                    first = name not in self.warned
+                    self.warned.add(name)
+                if first:
+                    LOG.warning("reference runtime ignores %s=%s (no %s on the CPU runtime); logged once", name, value,
+                                "best-of sampling" if name.endswith("best_of") else "sampling penalties")
+
+    def submit(self, job, emit, fail, is_cancelled):
+        from pipeline.reference_runtime.engine import GenerationRequest, RequestError
+        from pipeline.reference_runtime.sampling import SamplingOptions
+
+        self._ignore(job)
+        prompt_ids = list(self.tokenizer(job.prompt, add_special_tokens=True)["input_ids"])
+        top_k, top_p = job.top_k or 0, job.top_p or 0.0
+        temperature = 1.0 if job.temperature is None else job.temperature
+        if job.temperature is not None and job.temperature > 0 and top_k <= 0 and top_p <= 0:
+            top_p = 1.0  # a temperature alone samples from the whole distribution, as the LLM API does
+        sampling = SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p, seed=job.seed)
+        request = GenerationRequest(input_ids=prompt_ids, max_new_tokens=job.max_tokens, sampling=sampling,
+                                    streaming=True,  # every token: stop strings are matched on the text
+                                    return_log_probs=job.want["return_cumulative_logprob"])
+        state = {"id": None, "ended": False, "early": []}
+        lock = threading.RLock()
+        prefix = "" if job.exclude_input else self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        tokens_per_block = self.limits["tokens_per_block"]
+
+        def perf(event):
+            blocks = -(-(len(prompt_ids) + len(event.tokens)) // tokens_per_block)
+            return {**event.timings_ns, "kv_cache_reused_block": 0, "kv_cache_missed_block": blocks,
+                    "kv_cache_alloc_new_blocks": blocks, "kv_cache_alloc_total_blocks": blocks,
+                    "kv_cache_hit_rate": 0.0, "acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
+                    "total_draft_tokens": 0}
+
+        def on_event(event):
+            with lock:
+                if state["ended"]:
+                    return
+                if state["id"] is None and not event.finished:
+                    state["early"].append(event)  # before submit returned: replayed below
+                    return
+                if event.error:
+                    state["ended"] = True
+                    fail(event.error)
+                    return
+                text = self.tokenizer.decode(event.tokens, skip_special_tokens=True)
+                reason, stop_reason = (FINISH_REASONS.get(event.finish_reason, event.finish_reason)
+                                       if event.finished else None), None
+                cut = min(((text.find(s), s) for s in job.stop if s in text), default=None)
+                if cut is not None:  # a stop string: the text ends before it, as the LLM API's default
+                    text, reason, stop_reason = text[:cut[0]], "stop", cut[1]
+                finished = event.finished or cut is not None
+                logprob = float(sum(event.logprobs)) if job.want["return_cumulative_logprob"] else None
+                state["ended"] = finished
+                emit(Update(prefix + text, finished, reason, stop_reason, logprob, perf(event) if job.perf else None))
+                if finished and not event.finished and state["id"] is not None:
+                    threading.Thread(target=self.engine.cancel, args=(state["id"],), daemon=True).start()
+
+        try:
+            engine_id = self.engine.submit(request, on_event, is_cancelled=is_cancelled)
+        except RequestError as error:
+            raise ValueError(str(error)) from None
+        with lock:
+            state["id"] = engine_id
+            early, state["early"] = state["early"], []
+        for event in early:
+            on_event(event)
+        return engine_id
+
+    def abort(self, handle):
+        self.engine.cancel(handle)
+
+    def close(self):
+        self.engine.close()
+
+
+def reference_limits(config, triton_config):
+    """EngineLimits keyword arguments from the LLM options, and what is honoured / ignored (for the load log)."""
+    kv = config.get("kv_cache_config") or {}
+    scheduler = config.get("scheduler_config") or {}
+    max_seq_len = config.get("max_seq_len")
+    if max_seq_len is None:
+        model_config = os.path.join(str(config["model"]), "config.json")
+        with open(model_config, encoding="utf-8") as handle:
+            max_seq_len = int(json.load(handle).get("max_position_embeddings") or 2048)
+    policy = str(scheduler.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT")).lower()
+    limits = {
+        "max_batch_size": int(config.get("max_batch_size") or 8),
+        "max_num_tokens": int(config.get("max_num_tokens") or 8192),
+        "max_seq_len": int(max_seq_len),
+        "max_input_len": int(config.get("max_input_len") or max_seq_len),
+        "tokens_per_block": int(kv.get("tokens_per_block") or 32),
+        "kv_cache_free_mem_fraction": float(kv.get("free_gpu_memory_fraction") or 0.9),
+        "max_tokens_in_paged_kv_cache": int(kv["max_tokens"]) if kv.get("max_tokens") else None,
+        "enable_kv_cache_reuse": bool(kv.get("enable_block_reuse", False)),
+        "scheduler_policy": policy if policy in ("guaranteed_no_evict", "max_utilization") else "guaranteed_no_evict",
+        "cancellation_check_period_ms": int(triton_config.get("cancellation_check_period_ms") or 100),
+    }
+    honoured = [f"{key}={value}" for key, value in limits.items()
+                if key != "max_tokens_in_paged_kv_cache" or value is not None]
+    mapped = {"model", "backend", "max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len",
+              "kv_cache_config", "scheduler_config"}
+    ignored = [f"{key} (a GPU setting of TensorRT-LLM's PyTorch backend)" for key in sorted(config) if key not in mapped]
+    ignored += [f"kv_cache_config.{key}" for key in sorted(kv)
+                if key not in ("tokens_per_block", "free_gpu_memory_fraction", "max_tokens", "enable_block_reuse")]
+    if "capacity_scheduler_policy" in scheduler and policy not in ("guaranteed_no_evict", "max_utilization"):
+        ignored.append(f"scheduler_config.capacity_scheduler_policy={policy} (guaranteed_no_evict used)")
+    return limits, honoured, ignored
+
+
+class _LlmApiEngine:
+    """tensorrt_llm.LLM (the PyTorch backend) in the image: one asyncio loop thread runs generate_async."""
+
+    def __init__(self, config, triton_config):
+        from tensorrt_llm import LLM
+        from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_dict
+
+        self.cancel_period_s = int(triton_config.get("cancellation_check_period_ms") or 100) / 1000.0
+        args = update_llm_args_with_extra_dict({}, config)
+        LOG.info("tensorrt_llm: starting LLM(%s)", ", ".join(f"{k}={v!r}" for k, v in args.items()))
+        self.llm = LLM(**args)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="llmapi-loop", daemon=True)
+        self.thread.start()
+        self.handles = {}
+        self.ids = iter(range(1, 1 << 62))
+
+    def submit(self, job, emit, fail, is_cancelled):
+        from tensorrt_llm import SamplingParams
+
+        params = SamplingParams(**job.sampling_kwargs())
+        handle = next(self.ids)
+        future = asyncio.run_coroutine_threadsafe(self._run(handle, job, params, emit, fail, is_cancelled), self.loop)
+        future.add_done_callback(lambda f: not f.cancelled() and f.exception() and fail(str(f.exception())))
+        return handle
+
+    async def _run(self, handle, job, params, emit, fail, is_cancelled):
+        result = self.llm.generate_async(job.prompt, params, streaming=job.streaming)
+        self.handles[handle] = result
+        last_check = time.monotonic()
+        try:
+            async for output in result:
+                completion = output.outputs[0]
+                perf = _llmapi_perf(completion) if job.perf else None
+                emit(Update(completion.text, output.finished, completion.finish_reason if output.finished else None,
+                            completion.stop_reason, completion.cumulative_logprob, perf))
+                if is_cancelled is not None and time.monotonic() - last_check > self.cancel_period_s:
+                    last_check = time.monotonic()
+                    if is_cancelled():
+                        result.abort()
+        except Exception as error:  # noqa: BLE001 - the client gets it
+            fail(str(error))
+        finally:
+            self.handles.pop(handle, None)
+
+    def abort(self, handle):
+        result = self.handles.get(handle)
+        if result is not None:
+            self.loop.call_soon_threadsafe(result.abort)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.llm.shutdown()
+
+
+def _llmapi_perf(completion):
+    metrics = getattr(completion, "request_perf_metrics", None)
+    if not metrics:
+        return {}
+    kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
+
+    def ns(value):
+        return int(value.total_seconds() * 1e9) if hasattr(value, "total_seconds") else int(value)
+
+    return {"kv_cache_reused_block": kv.num_reused_blocks, "kv_cache_missed_block": kv.num_missed_blocks,
+            "kv_cache_alloc_new_blocks": kv.num_new_allocated_blocks,
+            "kv_cache_alloc_total_blocks": kv.num_total_allocated_blocks, "kv_cache_hit_rate": kv.kv_cache_hit_rate,
+            "arrival_time_ns": ns(timing.arrival_time), "first_scheduled_time_ns": ns(timing.first_scheduled_time),
+            "first_token_time_ns": ns(timing.first_token_time), "last_token_time_ns": ns(timing.last_token_time),
+            "acceptance_rate": spec.acceptance_rate, "total_accepted_draft_tokens": spec.total_accepted_draft_tokens,
+            "total_draft_tokens": spec.total_draft_tokens}
+
+
+class _TritonLogHandler(logging.Handler):
+    def emit(self, record):
+        message = self.format(record)
+        if record.levelno >= logging.ERROR:
+            pb_utils.Logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            pb_utils.Logger.log_warn(message)
+        else:
+            pb_utils.Logger.log_info(message)

@@ -1,0 +1,69 @@
+"""`pipeline serve` of a Triton LLM-API repository on the CPU, for real: a CPU PyTorch-backend deployable of the
+demo model, rendered into NVIDIA's LLM-API layout, served by tritonserver (nvidia-pytriton) with the reference
+runtime behind the contract, warmed up through that contract, and asked with tritonclient."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from llmapi_helpers import make_deployable  # noqa: E402
+
+pytestmark = pytest.mark.server
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from pipeline.render import RenderSpec, render
+    from pipeline.serve import ServerSpec, start_server
+
+    build = tmp_path_factory.mktemp("llmapi") / "build"
+    deployable = make_deployable(build, hf_dir=demo_hf_dir, gpu="cpu")
+    repo = render(RenderSpec(engine=deployable)).repo
+    spec = ServerSpec(repo=repo, log_file=build / "logs" / "llmapi-tritonserver.log", ready_timeout_s=600,
+                      exit_timeout_s=5)
+    with start_server(spec) as server:
+        yield server
+
+
+def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
+    from pipeline.serve_llmapi import generate
+
+    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=False)
+    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=True)
+    assert whole.error is None and streamed.error is None
+    assert "Paris" in whole.text and whole.finish_reason == "length" and whole.responses == 1
+    assert streamed.finish_reason == "length" and streamed.text == whole.text  # greedy: the same tokens
+    assert streamed.responses > 1
+    # upstream semantics: each streamed text_output is the text so far
+    assert all(later.startswith(earlier) for earlier, later in zip(streamed.texts, streamed.texts[1:]))
+
+
+def test_prompt_is_echoed_unless_excluded(llmapi_server) -> None:
+    from pipeline.serve_llmapi import generate
+
+    echoed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4,
+                      extra={"sampling_param_exclude_input_from_output": np.array([False])})
+    assert echoed.error is None and echoed.text.startswith(PROMPT) and "Paris" in echoed.text
+
+
+def test_stop_string_ends_the_answer_before_it(llmapi_server) -> None:
+    from pipeline.serve_llmapi import generate
+
+    answer = generate(llmapi_server.grpc_url, PROMPT, max_tokens=16, stream=True,
+                      extra={"sampling_param_stop": np.array([b"."], dtype=np.object_)})
+    assert answer.error is None and answer.finish_reason == "stop"
+    assert "Paris" in answer.text and "." not in answer.text
+
+
+def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
+    from pipeline.serve_llmapi import generate
+
+    answer = generate(llmapi_server.grpc_url, PROMPT, extra={"sampling_param_max_tokens": np.array([0], dtype=np.int32)})
+    assert answer.error is not None and "sampling_param_max_tokens" in answer.error
