@@ -40,7 +40,7 @@ from pipeline.artifacts import (
     sha256_file,
     sha256_json,
 )
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE
+from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s import (
@@ -92,13 +92,10 @@ def serving_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Servi
                 hint="Render this engine with --api triton (the default), or build a PyTorch-backend deployable "
                 "(`pipeline build --backend pytorch --checkpoint <hf-...> --gpu G`) and render that with --api openai.")
         return "ensemble"
-    missing = [name for name in (MODEL_SUBDIR, OPTIONS_FILE) if not (Path(engine_dir) / name).exists()]
-    if missing:
-        raise InvalidInputError(f"{engine_dir} records backend pytorch but has no {' or '.join(missing)}.",
-                                hint="Rebuild it with `pipeline build --backend pytorch`.")
+    deployable = read_deployable(engine_dir)  # exit 2 without model/ or the options its manifest records
     if spec.api == "triton":
         return "llmapi"
-    if get_gpu(profile.gpu).is_cpu:
+    if deployable.is_cpu or get_gpu(profile.gpu).is_cpu:
         raise UnsupportedError(
             f"--api openai runs trtllm-serve, which needs a GPU; {engine_dir} was built for the CPU.",
             hint="Render it with --api triton (the reference runtime behind the LLM-API contract), or serve it here "
@@ -107,16 +104,7 @@ def serving_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Servi
 
 
 def read_options(engine_dir: Path) -> dict[str, Any]:
-    path = Path(engine_dir) / OPTIONS_FILE
-    try:
-        options = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise InvalidInputError(f"{path} is not readable YAML: {error}.",
-                                hint="Rebuild the deployable with `pipeline build --backend pytorch`.") from error
-    if not isinstance(options, dict):
-        raise InvalidInputError(f"{path} holds no mapping of LLM-API options.",
-                                hint="Rebuild the deployable with `pipeline build --backend pytorch`.")
-    return options
+    return dict(read_deployable(engine_dir).options)
 
 
 def max_batch_size(engine_dir: Path, profile: BuildProfile) -> int:

@@ -352,3 +352,30 @@ def test_kubernetes_validate_cli_and_kustomize_on_openai(build: Path) -> None:
     proc = subprocess.run([kubectl, "kustomize", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [d for d in yaml.safe_load_all(proc.stdout) if d] == all_docs(out)
+
+
+def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build: Path, capsys: pytest.CaptureFixture) -> None:
+    """End to end on what `pipeline build --backend pytorch` really writes (not a hand-made folder): --api openai
+    and --api triton (the LLM-API repository rendered by `pipeline render`) both render, validate and agree with it."""
+    from test_build_pytorch import make_hf_checkpoint
+
+    ckpt = make_hf_checkpoint(build / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h100", "--tp", "2", "--json"]) == 0
+    capsys.readouterr()
+    folder = next((build / "tiny" / "engines").iterdir())
+    profile = BuildProfile(**json.loads((folder / "manifest.json").read_text())["profile"])
+    for api in ("openai", "triton"):
+        assert run(["k8s", "render", "--profile", profile.id, "--api", api, "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        out = Path(result["out_dir"])
+        assert_valid(out)
+        assert_gpu_pod(out, profile)
+        assert (result["kind"], result["gpus_per_pod"]) == ("Deployment", 2)
+        batch = yaml.safe_load((folder / "llm_api_options.yaml").read_text())["max_batch_size"]
+        if api == "openai":
+            assert container(out)["command"][:3] == ["trtllm-serve", "serve", "/models/model"]
+            assert "--tp_size" in container(out)["command"] and "2" in container(out)["command"]
+        else:
+            assert (Path(result["bundle_dir"]) / "tensorrt_llm" / "1" / "model.yaml").is_file()
+            target = one(out, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+            assert target == str(batch)
