@@ -215,7 +215,7 @@ class Machine(BaseModel):
 
         try:
             gpu = detect_gpu_key()
-        except UnsupportedError:
+        except (InvalidInputError, UnsupportedError):  # a GPU the table does not know
             gpu = "unknown-gpu"
         return cls(gpu=gpu, trtllm_build=shutil.which("trtllm-build") is not None,
                    tensorrt_llm=importlib.util.find_spec("tensorrt_llm") is not None)

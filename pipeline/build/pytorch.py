@@ -310,9 +310,32 @@ def build_pytorch(spec: Any) -> TorchResult:
         manifest = build_manifest(
             stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
             inputs_hash=plan.inputs_hash, folder=tmp, started=started, extra=_manifest_extra(plan, linked, started),
+            files=_inventory(tmp, plan.model_source),
         )
         write_json_atomic(tmp / "manifest.json", manifest)
     return TorchResult(plan=plan, deploy_dir=plan.deploy_dir, cached=False, duration_s=round(time.time() - started, 3))
+
+
+def _inventory(folder: Path, source: Path) -> dict[str, dict[str, Any]]:
+    """file_inventory(folder), taking the hashes of model/'s files from the source's manifest where that
+    manifest recorded the file as it still is (same size and mtime: a hard link shares both), so a
+    multi-GiB checkpoint is not hashed again."""
+    from pipeline.artifacts import MANIFEST_NAME, read_manifest, sha256_file
+
+    recorded = read_manifest(source) or {}
+    files, mtimes = recorded.get("files") or {}, recorded.get("mtimes_ns") or {}
+    inventory: dict[str, dict[str, Any]] = {}
+    for rel in sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()):
+        if rel == MANIFEST_NAME:
+            continue
+        path, name = folder / rel, rel.removeprefix(f"{MODEL_SUBDIR}/")
+        stat, known = path.stat(), files.get(name) if rel.startswith(f"{MODEL_SUBDIR}/") else None
+        if isinstance(known, dict) and known.get("size") == stat.st_size and mtimes.get(name) == stat.st_mtime_ns \
+                and known.get("sha256"):
+            inventory[rel] = {"sha256": known["sha256"], "size": stat.st_size}
+        else:
+            inventory[rel] = {"sha256": sha256_file(path), "size": stat.st_size}
+    return inventory
 
 
 def _manifest_extra(plan: TorchPlan, linked: list[str], started: float) -> dict[str, Any]:

@@ -135,6 +135,24 @@ def tiny_hf_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text("{}")
 
 
+def test_manifest_hashes_match_the_files_and_reuse_the_checkpoints(build_root, monkeypatch):
+    from pipeline.artifacts import build_manifest, file_inventory, write_json_atomic
+
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    # the checkpoint's own manifest as convert writes it: hashes and mtimes of its files
+    write_json_atomic(ckpt / "manifest.json", {**build_manifest(stage="convert", inputs={}, inputs_hash="x", folder=ckpt,
+                                                                started=0.0), "format": "hf"})
+    import pipeline.artifacts as artifacts
+
+    hashed: list[str] = []
+    real = artifacts.sha256_file
+    monkeypatch.setattr(artifacts, "sha256_file", lambda path: hashed.append(Path(path).name) or real(path))
+    folder = build_pytorch(spec(gpu="h100", checkpoint=ckpt)).deploy_dir
+    assert hashed == ["llm_api_options.yaml"]  # model/ files: hashes taken from the checkpoint's manifest
+    monkeypatch.setattr(artifacts, "sha256_file", real)
+    assert read_manifest(folder)["files"] == file_inventory(folder)
+
+
 def test_cached_then_force_rewrites(build_root):
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     first = build_pytorch(spec(gpu="h100", checkpoint=ckpt))
