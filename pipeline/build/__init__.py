@@ -32,7 +32,8 @@ from pipeline.profiles import BuildProfile, Goal, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
 
-__all__ = ["BuildSpec", "BuildPlan", "BuildResult", "plan_build", "build_engine", "check_engine_compatible"]
+__all__ = ["BuildSpec", "BuildPlan", "BuildResult", "PlannedProfile", "plan_build", "build_engine", "check_fits", "cached",
+           "check_engine_compatible"]
 
 BUILD_LOG = "build.log"
 

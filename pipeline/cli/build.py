@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
 
 def build(
     gpu: GpuOpt,
+    backend: BackendOpt = "tensorrt",
     checkpoint: CheckpointOpt = None,
     model: ModelNameOpt = None,
     goal: GoalOpt = "throughput",
@@ -57,7 +58,6 @@ def build(
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
-    backend: BackendOpt = "tensorrt",
 ) -> None:
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
