@@ -32,14 +32,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.artifacts import write_json_atomic
-from pipeline.deployable import HF_CHECKPOINT_PREFIX, HF_FORMAT, TRTLLM_FORMAT
+from pipeline.deployable import HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, TRTLLM_FORMAT
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.hf_compat import compatible_config, compatible_tokenizer_config, read_json_object
 from pipeline.quant import KvCacheFormat, QuantFormat
 
 FORMATS = (TRTLLM_FORMAT, HF_FORMAT)
-HF_QUANTS = ("fp16", "bf16", "fp8", "nvfp4", "int4_awq", "w4a8_awq")
-HF_KV_CACHES = ("auto", "fp8")
 
 # Bump when what --format hf writes changes, so existing hf checkpoints are made again.
 HF_EXPORT_VERSION = 1
@@ -73,13 +71,13 @@ def checkpoint_format(name: Optional[str]) -> str:
 
 def check_hf_request(fmt: QuantFormat, kv: KvCacheFormat, tp: int, pp: int) -> None:
     """Refuse (exit 2) what --format hf cannot carry, before any work."""
-    if fmt.name not in HF_QUANTS:
+    if fmt.name not in HF_QUANT_FORMATS:
         raise InvalidInputError(
             f"--format hf cannot carry --quant {fmt.name}: TensorRT-LLM's PyTorch backend loads a ModelOpt HF "
-            f"checkpoint in {', '.join(HF_QUANTS)}.",
-            hint=f"Use --quant one of {', '.join(HF_QUANTS)} with --format hf, or --format trtllm for {fmt.name}.",
+            f"checkpoint in {', '.join(HF_QUANT_FORMATS)}.",
+            hint=f"Use --quant one of {', '.join(HF_QUANT_FORMATS)} with --format hf, or --format trtllm for {fmt.name}.",
         )
-    if kv.name not in HF_KV_CACHES:
+    if kv.name not in HF_KV_CACHE_FORMATS:
         raise InvalidInputError(
             f"--format hf cannot carry a {kv.name} KV cache: the PyTorch backend's KV cache is the model's dtype or fp8.",
             hint=f"Use --kv-cache fp8 (or leave it unset) with --format hf, or --format trtllm for a {kv.name} KV cache.",

@@ -106,3 +106,14 @@ def test_check_quant_config_refuses_a_file_that_should_not_or_should_be_there(tm
     assert check_quant_config(tmp_path / "fp8", quant_format("fp8"), kv_cache_format("fp8"), None)["quant_algo"] == "FP8"
     with pytest.raises(StageFailedError, match='kv_cache_quant_algo is "FP8", expected null'):
         check_quant_config(tmp_path / "fp8", quant_format("fp8"), kv_cache_format(None), None)
+
+
+def test_the_formats_convert_takes_are_the_ones_the_facts_describe() -> None:
+    from pipeline.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
+    from pipeline.quant import QUANT_FORMATS
+
+    passed_through = {name for name in HF_QUANT_FORMATS if not QUANT_FORMATS[name].is_quantized}
+    assert passed_through == {"fp16", "bf16"}
+    assert set(facts()["formats"]) == set(HF_QUANT_FORMATS) - passed_through
+    assert set(facts()["kv_cache"]) == set(HF_KV_CACHE_FORMATS) - {"auto"}
+    assert {QUANT_FORMATS[name].quant_algo for name in facts()["formats"]} == {f["quant_algo"] for f in facts()["formats"].values()}
