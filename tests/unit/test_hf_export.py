@@ -116,4 +116,5 @@ def test_the_formats_convert_takes_are_the_ones_the_facts_describe() -> None:
     assert passed_through == {"fp16", "bf16"}
     assert set(facts()["formats"]) == set(HF_QUANT_FORMATS) - passed_through
     assert set(facts()["kv_cache"]) == set(HF_KV_CACHE_FORMATS) - {"auto"}
-    assert {QUANT_FORMATS[name].quant_algo for name in facts()["formats"]} == {f["quant_algo"] for f in facts()["formats"].values()}
+    assert {name: QUANT_FORMATS[name].quant_algo for name in facts()["formats"]} == {
+        name: fmt["quant_algo"] for name, fmt in facts()["formats"].items()}
