@@ -8,7 +8,7 @@ What transformers serve 5.24 does not do, so these checks are skipped here and t
     config"), so a request's `stop` is ignored;
   - too_long_prompt: it checks no prompt length; a 20000-token prompt was accepted (HTTP 200) and held the
     server for minutes (measured while writing this test). test_too_long_prompt_accepted_is_a_failed_check
-    shows smoke says so, and that its disconnect leaves the server serving.
+    shows smoke says so.
 """
 
 from __future__ import annotations
@@ -120,12 +120,12 @@ def test_bench_over_openai_chat_gates_and_reports(openai_url, tmp_path) -> None:
 
 def test_too_long_prompt_accepted_is_a_failed_check(openai_url) -> None:
     """transformers serve accepts a prompt over the model's context (max_position_embeddings 8192 + 64 words):
-    the check fails naming that, and smoke's disconnect at the first event leaves the server answering."""
+    the check fails and says so. Runs last: whether the server answers again after smoke's disconnect varies
+    (it did on a fresh server, 17 s in all; after this module's other requests it did not within 180 s)."""
     from pipeline.smoke import SmokeSpec, run_smoke
 
     skip = ("metadata", "greedy", "streaming", "max_tokens", "stop_word", "concurrent_8")
-    report = run_smoke(SmokeSpec(url=openai_url, skip=skip, max_tokens=4))
+    report = run_smoke(SmokeSpec(url=openai_url, skip=skip, max_tokens=4, timeout_s=30))
     check = report.checks[-1]
     assert check.name == "too_long_prompt" and not check.passed and not report.passed
     assert "HTTP 200, a 8256-word prompt was accepted" in check.detail, check.detail
-    assert "/health 200" in check.detail and "a short request succeeded" in check.detail
