@@ -1,4 +1,5 @@
-"""`pipeline serve`: run tritonserver on a model repository in the foreground until interrupted."""
+"""`pipeline serve`: run tritonserver on a model repository (--api triton), or an OpenAI-compatible server on a
+PyTorch-backend deployable (--api openai), in the foreground until interrupted."""
 
 from __future__ import annotations
 
@@ -8,20 +9,25 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import JsonOpt, set_json
-from pipeline.errors import StageFailedError
+from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.output import OUT, simple_table
 from pipeline.processes import Terminated
 from pipeline.serve import TRITON_EXIT_TIMEOUT_S, ServerSpec, start_server
 
+ApiOpt = Annotated[str, typer.Option("--api", help=(
+    "triton: a Triton model repository from `pipeline render`; openai: a PyTorch-backend deployable "
+    "(trtllm-serve on a GPU, `transformers serve --continuous-batching` on the CPU)."))]
 HttpPortOpt = Annotated[int, typer.Option("--http-port", min=0, max=65535, help="HTTP port (0: a free one).")]
-GrpcPortOpt = Annotated[int, typer.Option("--grpc-port", min=0, max=65535, help="gRPC port (0: a free one).")]
-MetricsPortOpt = Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Prometheus metrics port (0: a free one).")]
+GrpcPortOpt = Annotated[int, typer.Option("--grpc-port", min=0, max=65535, help="gRPC port (0: a free one). Triton only.")]
+MetricsPortOpt = Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Prometheus metrics port (0: a free one). Triton only.")]
 WorldSizeOpt = Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) for a TP/PP tensorrtllm engine; >1 runs under mpirun.")]
-LogFileOpt = Annotated[Optional[Path], typer.Option("--log-file", help="Server log file (default: build/logs/tritonserver-*.log).")]
-ReadyTimeoutOpt = Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait for /v2/health/ready.")]
+LogFileOpt = Annotated[Optional[Path], typer.Option("--log-file", help="Server log file (default: build/logs/<server>-*.log).")]
+ReadyTimeoutOpt = Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait until the server is ready.")]
 WarmupOpt = Annotated[bool, typer.Option("--warmup/--no-warmup", help="Send a few requests before reporting ready.")]
 ExitTimeoutOpt = Annotated[int, typer.Option("--exit-timeout", min=0, help=(
-    "Seconds a stopping server waits for in-flight requests (tritonserver --exit-timeout-secs)."))]
+    "Seconds a stopping server waits for in-flight requests (tritonserver --exit-timeout-secs; the OpenAI "
+    "server gets as long after SIGTERM before it is killed)."))]
+TRITON_ONLY = {"grpc_port": 8001, "metrics_port": 8002, "world_size": 1}
 
 
 def register(app: typer.Typer) -> None:
@@ -29,7 +35,9 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    repo: Annotated[Path, typer.Argument(help="Triton model repository (from `pipeline render`).")],
+    repo: Annotated[Path, typer.Argument(help="Triton model repository (from `pipeline render`), or with --api openai a "
+                                         "PyTorch-backend deployable (build/<model>/engines/<profile-id>/).")],
+    api: ApiOpt = "triton",
     http_port: HttpPortOpt = 8000,
     grpc_port: GrpcPortOpt = 8001,
     metrics_port: MetricsPortOpt = 8002,
@@ -40,8 +48,21 @@ def serve(
     exit_timeout: ExitTimeoutOpt = TRITON_EXIT_TIMEOUT_S,
     json_output: JsonOpt = False,
 ) -> None:
-    """Serve REPO with tritonserver until Ctrl-C or SIGTERM; a model that fails to load is named with its log line."""
+    """Serve REPO until Ctrl-C or SIGTERM: tritonserver (a model that fails to load is named with its log line), or
+    with --api openai an OpenAI-compatible server for a PyTorch-backend deployable."""
+    from pipeline.openai_server import check_api
+
     set_json(json_output)
+    check_api(api, repo)
+    if api == "openai":
+        given = {"grpc_port": grpc_port, "metrics_port": metrics_port, "world_size": world_size}
+        changed = [f"--{k.replace('_', '-')}" for k, v in given.items() if v != TRITON_ONLY[k]]
+        if changed:
+            raise InvalidInputError(f"{', '.join(changed)}: for --api triton only.",
+                                    hint="Drop them; the OpenAI server listens on --http-port alone and takes its "
+                                    "parallelism from the deployable's options.")
+        _serve_openai(repo, http_port, log_file, timeout, warmup, exit_timeout)
+        return
     spec = ServerSpec(repo=repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                       world_size=world_size, log_file=log_file, ready_timeout_s=timeout, warmup=warmup,
                       exit_timeout_s=exit_timeout)
@@ -61,3 +82,30 @@ def serve(
         if not ready:
             raise
         OUT.info("Stopped.")  # leaving the with-block stopped the server and its process group
+
+
+def _serve_openai(path: Path, http_port: int, log_file: Path | None, timeout: float, warmup: bool, exit_timeout: int) -> None:
+    from pipeline.deployable import read_deployable
+    from pipeline.openai_server import OpenAISpec, choose_engine, start_openai_server
+
+    deployable = read_deployable(path)
+    engine = choose_engine(deployable)
+    spec = OpenAISpec(deployable=path, http_port=http_port, log_file=log_file, ready_timeout_s=timeout, warmup=warmup,
+                      stop_timeout_s=exit_timeout)
+    ready = False
+    try:
+        OUT.info(f"Starting {engine} on {deployable.model_dir} ...")
+        with start_openai_server(spec, deployable, engine=engine) as server:
+            ready = True
+            data = {"url": server.url, "model": server.model, "server": engine, "pid": server.pid,
+                    "log_file": server.log_file, "ready_s": round(server.ready_s or 0, 2),
+                    "command": " ".join(server.command)}
+            OUT.result(data, table=simple_table(f"{engine} ready (Ctrl-C stops it)", ["what", "where"],
+                                                [[k, v] for k, v in data.items()]))
+            code = server.wait()
+            raise StageFailedError(f"{engine} exited on its own with code {code}. Last log lines:\n{server.log_tail(20)}",
+                                   hint=f"The full log is {server.log_file}.")
+    except (KeyboardInterrupt, Terminated):
+        if not ready:
+            raise
+        OUT.info("Stopped.")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llmapi_helpers import make_deployable  # noqa: E402
+from llmapi_helpers import build_cpu_deployable  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -24,8 +24,8 @@ def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     from pipeline.serve import ServerSpec, start_server
 
     build = tmp_path_factory.mktemp("llmapi") / "build"
-    deployable = make_deployable(build, hf_dir=demo_hf_dir, gpu="cpu")
-    repo = render(RenderSpec(engine=deployable)).repo
+    deployable = build_cpu_deployable(demo_hf_dir)
+    repo = render(RenderSpec(engine=deployable, out=build / "repo")).repo
     spec = ServerSpec(repo=repo, log_file=build / "logs" / "llmapi-tritonserver.log", ready_timeout_s=600,
                       exit_timeout_s=5)
     with start_server(spec) as server:
