@@ -398,7 +398,9 @@ def reference_limits(config, triton_config):
     mapped = {"model", "backend", "max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len",
               "kv_cache_config", "scheduler_config"}
     ignored = [f"{key} (a GPU setting of TensorRT-LLM's PyTorch backend)" for key in sorted(config) if key not in mapped]
-    ignored += [f"kv_cache_config.{key}" for key in sorted(kv)
+    ignored += [f"kv_cache_config.{key}" + (" (the reference runtime's KV cache is float32; a quantized KV cache is "
+                                             "simulated from triton_config.simulated)" if key == "dtype" else "")
+                for key in sorted(kv)
                 if key not in ("tokens_per_block", "free_gpu_memory_fraction", "max_tokens", "enable_block_reuse")]
     if "capacity_scheduler_policy" in scheduler and policy not in ("guaranteed_no_evict", "max_utilization"):
         ignored.append(f"scheduler_config.capacity_scheduler_policy={policy} (guaranteed_no_evict used)")
