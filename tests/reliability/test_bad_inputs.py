@@ -85,7 +85,7 @@ ROWS: list[Row] = [
     # render / serve / k8s
     Row("render-not-an-engine", ("render", "--engine", "{tmp}/nothing"), 2, "is not an engine folder"),
     Row("render-unknown-runtime", ("render", "--engine", "{engine}", "--runtime", "bogus", "--out", "{tmp}/r"), 2,
-        "--runtime: Input should be 'tensorrtllm' or 'reference'"),
+        "--runtime: Input should be 'tensorrtllm', 'reference' or 'llmapi'"),
     Row("render-reference-engine-as-trt", ("render", "--engine", "{engine}", "--runtime", "tensorrtllm", "--out", "{tmp}/r"), 2,
         "is a reference-runtime folder"),
     Row("template-folder-missing-a-model", ("render", "--engine", "{engine}", "--out", "{tmp}/r"), 2,
