@@ -401,15 +401,15 @@ def _tritonserver_args(ctx: _Ctx) -> list[str]:
 def server_command(ctx: _Ctx) -> list[str]:
     """The container command: tritonserver, or one rank per GPU under mpirun.
 
-    Reuses pipeline.serve's command builders (the same flags as tensorrtllm_backend's
+    Reuses pipeline.commands' builders (the same flags as tensorrtllm_backend's
     launch_triton_server.py) with the ports and repository of the pod."""
-    from pipeline.serve import ServerSpec, mpirun_command, tritonserver_command
+    from pipeline.commands import TritonLaunch, mpirun_command, tritonserver_command
 
     if ctx.openai:
         from pipeline.k8s_pytorch import openai_command
 
         return openai_command(ctx)
-    spec = ServerSpec(repo=Path(MODEL_MOUNT), http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
+    spec = TritonLaunch(repo=Path(MODEL_MOUNT), http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
                       world_size=ctx.layout.world_size, extra_args=tuple(_tritonserver_args(ctx)))
     if ctx.layout.world_size == 1 or ctx.serving == "llmapi":  # the LLM API starts its own workers
         return tritonserver_command(spec, "tritonserver")

@@ -59,7 +59,8 @@ from pipeline.k8s import (
 )
 from pipeline.paths import stage_dir
 from pipeline.profiles import BuildProfile
-from pipeline.trtllm_serve import MONITORING_OPTIONS, trtllm_serve_command
+from pipeline.commands import trtllm_serve_command
+from pipeline.trtllm_serve import MONITORING_OPTIONS
 
 PYTORCH_BACKEND = "pytorch"
 OPENAI_BUNDLE_STAGE = "bundle-openai"

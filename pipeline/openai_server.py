@@ -74,7 +74,7 @@ def transformers_serve_command(deployable: Deployable, host: str, port: int, *, 
 
 
 def trtllm_command(deployable: Deployable, host: str, port: int) -> list[str]:
-    from pipeline.trtllm_serve import trtllm_serve_command
+    from pipeline.commands import trtllm_serve_command
 
     options = deployable.options
     return trtllm_serve_command(deployable.model_dir, deployable.options_path, host, port,

@@ -30,17 +30,15 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipeline.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.paths import build_root
 from pipeline.processes import ServerProcess, spawn
 
-TRTLLM_MODEL_NAMES: tuple[str, ...] = ("tensorrt_llm",)
 WARMUP_MODELS: tuple[str, ...] = ("ensemble", "tensorrt_llm_bls")
-TRITON_EXIT_TIMEOUT_S = 30  # tritonserver's own --exit-timeout-secs default
 STOP_MARGIN_S = 10.0  # beyond the exit timeout before stop() kills the process group
 
 
@@ -166,64 +164,6 @@ def _private_backends(dist: Path) -> Path:
     except OSError:  # another process won the race: use theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-# ---------------------------------------------------------------------------------------------
-# Command lines
-# ---------------------------------------------------------------------------------------------
-
-
-def _binary_path(binary: TritonBinary | str | Path) -> tuple[str, Path | None]:
-    if isinstance(binary, TritonBinary):
-        return str(binary.path), binary.backend_dir
-    return str(binary), None
-
-
-def _port_args(spec: ServerSpec) -> list[str]:
-    return [f"--grpc-port={spec.grpc_port}", f"--http-port={spec.http_port}", f"--metrics-port={spec.metrics_port}"]
-
-
-def tritonserver_command(spec: ServerSpec, binary: TritonBinary | str | Path) -> list[str]:
-    """The single-process command line. Ports are taken as given (start_server resolves 0 first)."""
-    path, backend_dir = _binary_path(binary)
-    cmd = [path, f"--model-repository={spec.repo}"]
-    if backend_dir is not None:
-        cmd.append(f"--backend-directory={backend_dir}")
-    cmd += _port_args(spec)
-    cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
-    cmd += list(spec.extra_args)
-    return cmd
-
-
-def mpirun_command(
-    spec: ServerSpec,
-    binary: TritonBinary | str | Path,
-    *,
-    mpirun: str = "mpirun",
-    trtllm_model_names: Sequence[str] = TRTLLM_MODEL_NAMES,
-) -> list[str]:
-    """One tritonserver per rank under mpirun, as tensorrtllm_backend's launch_triton_server.py.
-
-    Every rank gets `-n 1`, the repository, the ports, --disable-auto-complete-config and its own
-    Python-backend shared-memory prefix; ranks other than 0 load only the TensorRT-LLM model(s)
-    (explicit model control), so the ensemble, pre/postprocessing and BLS run once, on rank 0.
-    """
-    path, backend_dir = _binary_path(binary)
-    cmd = [mpirun, "--allow-run-as-root"]
-    for rank in range(spec.world_size):
-        cmd += ["-n", "1", path, f"--model-repository={spec.repo}"]
-        if backend_dir is not None:
-            cmd.append(f"--backend-directory={backend_dir}")
-        cmd += _port_args(spec)
-        if rank != 0:
-            cmd.append("--model-control-mode=explicit")
-            cmd += [f"--load-model={name}" for name in trtllm_model_names]
-        cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
-        cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
-        cmd += list(spec.extra_args)
-        cmd.append(":")
-    cmd.pop()  # no separator after the last rank
-    return cmd
 
 
 # ---------------------------------------------------------------------------------------------

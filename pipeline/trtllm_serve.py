@@ -1,7 +1,7 @@
 """`trtllm-serve`: TensorRT-LLM's OpenAI-compatible server, as the pinned release (1.1.0) spells it.
 
-One command builder for everyone who starts it (`pipeline serve --api openai` on a GPU, the
-Kubernetes manifests of `pipeline k8s render --api openai`), checked against the upstream option
+The upstream facts its command line (pipeline/commands.py: `trtllm_serve_command`, for `pipeline serve
+--api openai` on a GPU and the pods of `pipeline k8s render --api openai`) is checked against: the option
 table in pipeline/data/trtllm_serve_flags.tsv (NVIDIA/TensorRT-LLM
 `tensorrt_llm/commands/serve.py` @4c05a74891e4, the 1.1-era file the index holds).
 
@@ -21,7 +21,6 @@ import csv
 import importlib.resources
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 SOURCE_COMMIT = "4c05a74891e4df8066f08ed4ce14b0972abe4e25"
 BINARY = "trtllm-serve"
@@ -69,30 +68,3 @@ def exported_series() -> set[str]:
     for family, kind in metric_families().items():
         names |= {f"{family}_{s}" for s in ("bucket", "sum", "count")} if kind == "histogram" else {family}
     return names
-
-
-def _option(name: str, value: object | None = None) -> list[str]:
-    flag = flags().get(name)
-    if flag is None:  # a bug here, not the user's input: the table is upstream's
-        raise ValueError(f"trtllm-serve @{SOURCE_COMMIT[:12]} has no option {name}")
-    if flag.value == "flag":
-        return [name] if value else []
-    if flag.choices and str(value) not in flag.choices:
-        raise ValueError(f"trtllm-serve {name} takes one of {', '.join(flag.choices)}, not {value!r}")
-    return [name, str(value)]
-
-
-def trtllm_serve_command(model_dir: Path | str, options_file: Path | str, host: str = "0.0.0.0",
-                         port: int = DEFAULT_PORT, tp_size: int = 1, pp_size: int = 1, *,
-                         binary: str = BINARY, backend: str = "pytorch") -> list[str]:
-    """The command line that serves a PyTorch-backend deployable: its model/ folder and its LLM-API
-    options (`--extra_llm_api_options`, merged over the flags, so the planner's choices win).
-
-    tp/pp are passed as flags too so the process layout is visible in the command (and agrees with the
-    options file's tensor/pipeline_parallel_size, which override them)."""
-    command = [binary, SUBCOMMAND, str(model_dir)]
-    command += _option("--host", host) + _option("--port", int(port))
-    command += _option("--backend", backend)
-    command += _option("--tp_size", int(tp_size)) + _option("--pp_size", int(pp_size))
-    command += _option("--extra_llm_api_options", str(options_file))
-    return command

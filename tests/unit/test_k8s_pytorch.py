@@ -19,7 +19,8 @@ from pipeline.gpus import get_gpu
 from pipeline.k8s import KUBERNETES_VERSION, TRITON_CORE_METRICS, K8sSpec, render_k8s
 from pipeline.k8s_pytorch import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
 from pipeline.profiles import BuildProfile
-from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags, trtllm_serve_command
+from pipeline.commands import trtllm_serve_command
+from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
 from test_k8s import BUILTIN_API, all_docs, assert_valid, make_engine, one, pod_templates
 
 OPTIONS = {"max_batch_size": 16, "max_num_tokens": 4096, "max_seq_len": 2048, "tensor_parallel_size": 1,
