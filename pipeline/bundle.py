@@ -28,6 +28,7 @@ from typing import Any
 
 from pipeline.artifacts import MANIFEST_NAME, link_or_copy, read_manifest, sha256_file
 from pipeline.errors import InvalidInputError
+from pipeline.model_repo import parse_model_config
 
 ENGINE_SUBDIR = "tensorrt_llm/1"
 TOKENIZER_SUBDIR = f"{ENGINE_SUBDIR}/tokenizer"
@@ -99,7 +100,7 @@ def tree_identity(folder: Path, files: list[Path] | None = None) -> dict[str, An
 
 def tokenizer_files(folder: Path) -> list[Path]:
     """The tokenizer files of a folder (an HF checkpoint's weights stay out)."""
-    from pipeline.reference_engine import TOKENIZER_FILES
+    from pipeline.reference_folder import TOKENIZER_FILES
 
     return [Path(folder) / name for name in TOKENIZER_FILES if (Path(folder) / name).is_file()]
 
@@ -144,8 +145,6 @@ def path_problems(bundle: Path, root: Path) -> list[str]:
     """Every parameter of every config.pbtxt that is an absolute path, and the `model` of every LLM-API
     model.yaml, must lie under root and name something the bundle holds (except the IMAGE_PATH_KEYS,
     paths of the serving image)."""
-    from pipeline.render import parse_model_config
-
     problems = []
     for config_path in sorted(Path(bundle).glob("*/config.pbtxt")):
         model = config_path.parent.name

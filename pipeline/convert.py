@@ -10,6 +10,8 @@ Everything that can be refused is refused before the model is loaded: an unknown
 the GPU cannot run, a dtype that contradicts the format, tp/pp that do not split the model, an
 architecture the export does not support, a missing or unreadable checkpoint, empty calibration
 data, an AWQ block size the model cannot use. The same inputs again are a no-op.
+Events and progress go to the `Reporter` passed in (pipeline.reporting: silent by default, the CLI
+renders them), and so do those of the download a source that is not a folder starts.
 """
 
 from __future__ import annotations
@@ -28,13 +30,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.artifacts import MANIFEST_NAME, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.calibration import DEFAULT_CALIB_SIZE, CalibrationSet, load_calibration
 from pipeline.deployable import HF_FORMAT, TRTLLM_FORMAT
+from pipeline.download import DownloadSpec, download
+from pipeline.download_hub import hub_cache_dir, hub_offline
+from pipeline.download_sources import parse_source
 from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.gpus import check_precision, get_gpu
+from pipeline.hf_checkpoint import check_checkpoint_folder
 from pipeline.hf_compat import RopeSettings, causal_lm_class, read_json_object, resolved_rope
-from pipeline.output import OUT
 from pipeline.paths import build_root, model_slug, stage_dir
 from pipeline.placement import Device, Job, Placement
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+from pipeline.reporting import SILENT, Reporter
+from pipeline.resources import check_disk
 
 Dtype = Literal["float16", "bfloat16"]
 
@@ -136,25 +143,26 @@ class _Plan(BaseModel):
     out: Path
 
 
-def convert(spec: ConvertSpec) -> ConvertResult:
+def convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertResult:
     """Quantize and export spec.model to build/<model>/checkpoints/<ckpt-id>/; a no-op when an
-    identical intact checkpoint exists (unless spec.force)."""
+    identical intact checkpoint exists (unless spec.force). Events and progress go to reporter
+    (silent by default), and so do those of the download it may start."""
     started = time.time()
-    plan = plan_convert(spec)
+    plan = plan_convert(spec, reporter)
     if not spec.force and is_up_to_date(plan.out, plan.inputs_hash):
         return _result(plan, read_manifest(plan.out) or {}, skipped=True, started=started)
 
     placement = check_resources(plan, spec)
     if placement.warning:
-        OUT.warn(placement.warning)
+        reporter.warn(placement.warning)
     where = "CPU" if placement.device == "cpu" else f"GPU {', '.join(map(str, placement.gpus))}"
-    OUT.info(f"convert: {plan.hf_dir} -> {plan.out} ({plan.fmt.name}, KV {plan.kv.name}, tp {spec.tp}, pp {spec.pp}, "
-             f"{plan.dtype}, on the {where})")
+    reporter.info(f"convert: {plan.hf_dir} -> {plan.out} ({plan.fmt.name}, KV {plan.kv.name}, tp {spec.tp}, pp {spec.pp}, "
+                  f"{plan.dtype}, on the {where})")
     captured = io.StringIO()
     with atomic_dir(plan.out) as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            timings, used = _quantize_and_export(plan, spec, placement, tmp, captured)
+            timings, used = _quantize_and_export(plan, spec, placement, tmp, captured, reporter)
         except (RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError, KeyError) as error:
             tail = captured.getvalue().strip().splitlines()[-5:]
             raise StageFailedError(
@@ -203,7 +211,7 @@ def convert(spec: ConvertSpec) -> ConvertResult:
     return _result(plan, manifest, skipped=False, started=started, device=placement.device)
 
 
-def plan_convert(spec: ConvertSpec) -> _Plan:
+def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> _Plan:
     """Validate everything and decide the checkpoint's identity, without loading the model.
 
     A download source is fetched (or found already fetched) here; that is the download stage's own
@@ -223,10 +231,10 @@ def plan_convert(spec: ConvertSpec) -> _Plan:
         calibration = load_calibration(spec.calib_data, spec.calib_size)
     elif spec.calib_data is not None:
         load_calibration(spec.calib_data, spec.calib_size)  # still refuse a bad file the user named
-        OUT.info(f"convert: {fmt.name} needs no calibration; --calib-data is not used.")
+        reporter.info(f"convert: {fmt.name} needs no calibration; --calib-data is not used.")
 
     _check_hub_model_fits(spec, convert_job(spec, fmt, kv, dtype, calibration))
-    hf_dir, model = _resolve_source(spec)
+    hf_dir, model = _resolve_source(spec, reporter)
     hf_config = _read_hf_config(hf_dir)
     decoder_type = _check_architecture(hf_config, hf_dir)
     if checkpoint_format == HF_FORMAT:
@@ -306,10 +314,8 @@ def _resolve_dtype(fmt: QuantFormat, asked: Optional[str]) -> Dtype:
     return implied or asked or "float16"  # type: ignore[return-value]
 
 
-def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
+def _resolve_source(spec: ConvertSpec, reporter: Reporter) -> tuple[Path, str]:
     """(HF folder, model name): a folder is used in place; anything else goes through download."""
-    from pipeline.download import DownloadSpec, check_checkpoint_folder, download
-
     candidate = Path(spec.model).expanduser()
     if candidate.is_dir():
         check_checkpoint_folder(candidate)
@@ -324,7 +330,7 @@ def _resolve_source(spec: ConvertSpec) -> tuple[Path, str]:
         else:
             model = model_slug(folder.name)
         return folder, model
-    result = download(DownloadSpec(source=spec.model, root=spec.root))
+    result = download(DownloadSpec(source=spec.model, root=spec.root), reporter)
     return Path(result.path), result.model
 
 
@@ -421,8 +427,6 @@ def _check_hub_model_fits(spec: ConvertSpec, job: Job) -> None:
     """For an hf: source not downloaded yet: fetch its config.json alone (into the HF cache) and run
     the memory pre-check before the weights are downloaded. Skipped when the Hub cannot be asked;
     the check after the download still runs before anything loads."""
-    from pipeline.download import hub_cache_dir, hub_offline, parse_source
-
     if Path(spec.model).expanduser().is_dir() or not spec.model.startswith("hf:"):
         return
     parsed = parse_source(spec.model)
@@ -448,29 +452,12 @@ def _check_hub_model_fits(spec: ConvertSpec, job: Job) -> None:
     place(model_shape(config), job, machine(), spec.device, name=parsed.display)
 
 
-DISK_MARGIN_BYTES = 256 << 20
-
-
-def check_disk(target: Path, needed: int, *, what: str, free: int) -> None:
-    """Refuse (exit 2) before writing when the filesystem of target lacks needed bytes (+ 5% and 256 MiB)."""
-    from pipeline.resources import GIB, existing_parent
-
-    wanted = int(needed * 1.05) + DISK_MARGIN_BYTES
-    if free < wanted:
-        raise UnsupportedError(
-            f"Not enough disk for {what}: it needs about {needed / GIB:.2f} GiB, and {free / GIB:.2f} GiB is free on "
-            f"the filesystem of {existing_parent(target)}.",
-            hint=f"Free {max(0.01, (wanted - free) / GIB):.2f} GiB there, or point PIPELINE_BUILD_DIR at a disk with "
-            f"{wanted / GIB:.1f} GiB free.",
-        )
-
-
 # ----------------------------------------------------------------------------------------------
 # Work
 
 
 def _quantize_and_export(
-    plan: _Plan, spec: ConvertSpec, placement: Placement, tmp: Path, captured: io.StringIO
+    plan: _Plan, spec: ConvertSpec, placement: Placement, tmp: Path, captured: io.StringIO, reporter: Reporter
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Load (where `placement` says), quantize (with a progress bar over calibration batches) and
     export into tmp; (timings, what the calibration used).
@@ -488,20 +475,19 @@ def _quantize_and_export(
 
     timings: dict[str, float] = {}
     texts = list(plan.calibration.texts) if plan.calibration else []
-    with OUT.progress() as progress, contextlib.redirect_stdout(captured):
-        task = progress.add_task("load", total=None)
+    with reporter.progress() as progress, contextlib.redirect_stdout(captured):
+        task = progress.start("load", total=1)
         mark = time.time()
         model, tokenizer = load_hf_model(plan.hf_dir, plan.dtype, placement)
         timings["load"] = round(time.time() - mark, 3)
+        progress.finish(task)
 
         batch_size = batch_for_free_memory(placement, free_gpu_memory() if placement.device == "cuda" else {})
         steps = calibration_steps(plan.fmt, plan.kv, len(texts), batch_size)
-        progress.update(task, description=f"calibrate {plan.fmt.name}", total=steps or None, completed=0)
-        done = {"n": 0}
+        task = progress.start(f"calibrate {plan.fmt.name}", total=max(steps, 1))
 
         def advance(_index: int, _total: int) -> None:
-            done["n"] += 1
-            progress.update(task, completed=done["n"], total=max(steps, done["n"]))
+            progress.advance(task)
 
         stats: dict[str, int] = {}
         mark = time.time()
@@ -510,9 +496,10 @@ def _quantize_and_export(
             batch_size=batch_size, max_len=spec.calib_max_len, tp=spec.tp, progress=advance, stats=stats,
         )
         timings["quantize"] = round(time.time() - mark, 3)
+        progress.finish(task)
 
         hf = plan.format == HF_FORMAT
-        progress.update(task, description="export hf" if hf else f"export tp{spec.tp} pp{spec.pp}", total=None)
+        task = progress.start("export hf" if hf else f"export tp{spec.tp} pp{spec.pp}", total=1)
         mark = time.time()
         import torch
         from modelopt.torch.export import export_tensorrt_llm_checkpoint
@@ -530,7 +517,7 @@ def _quantize_and_export(
                     inference_tensor_parallel=spec.tp, inference_pipeline_parallel=spec.pp,
                 )
         timings["export"] = round(time.time() - mark, 3)
-        progress.update(task, description="done", total=1, completed=1)
+        progress.finish(task)
     del model
     used = {"batch_size_used": batch_size, "oom_splits": stats.get("splits", 0)}
     if hf:
@@ -564,7 +551,7 @@ def _finish_config(path: Path, plan: _Plan) -> tuple[dict[str, Any], list[str]]:
     A config TensorRT-LLM would still reject or read differently is refused (InvalidInputError, naming the key).
     """
     from pipeline.checkpoint_keys import check_checkpoint_config, complete_checkpoint_config
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
+    from pipeline.quant import WEIGHTS_PACKED_AT_BUILD
 
     config = json.loads(path.read_text(encoding="utf-8"))
     quantization = config.setdefault("quantization", {})

@@ -58,23 +58,12 @@ from pipeline.download_hub import (
     HUB_PACKAGES,
     check_hub_disk,
     copy_snapshot,
-    hub_cache_dir,
-    hub_listing,
-    hub_offline,
     library_progress_bars,
     snapshot as hub_snapshot,
 )
-from pipeline.download_sources import (
-    DEMO_GGUF,
-    DEMO_MODEL,
-    DEMO_PACKAGE,
-    ParsedSource,
-    SourceKind,
-    demo_gguf_path,
-    parse_source,
-)
+from pipeline.download_sources import ParsedSource, SourceKind, parse_source
 from pipeline.errors import InvalidInputError
-from pipeline.hf_checkpoint import ALLOW_PATTERNS, IGNORE_PATTERNS, check_checkpoint_folder, selected_files
+from pipeline.hf_checkpoint import ALLOW_PATTERNS, selected_files
 from pipeline.hf_compat import HF_COMPAT_VERSION, make_folder_compatible
 from pipeline.paths import stage_dir
 from pipeline.reporting import SILENT, Reporter
@@ -265,34 +254,7 @@ def _sizes(files: list[Path]) -> int:
 
 def check_disk_for(out: Path, needed: int, *, what: str) -> None:
     """Refuse (exit 2) when the filesystem out/ lands on has less than needed bytes (+ margin)."""
-    from pipeline.convert import check_disk
-
-    check_disk(out, needed, what=what, free=resources.free_disk_bytes(out))
+    resources.check_disk(out, needed, what=what, free=resources.free_disk_bytes(out))
 
 
-__all__ = [
-    # the stage
-    "DownloadResult",
-    "DownloadSpec",
-    "check_disk_for",
-    "download",
-    "hf_dir_for",
-    # re-exported from the modules it is made of, so `from pipeline.download import ...` keeps working
-    "ALLOW_PATTERNS",
-    "DEMO_GGUF",
-    "DEMO_MODEL",
-    "DEMO_PACKAGE",
-    "GGUF_CONVERTER_VERSION",
-    "GGUF_DTYPE",
-    "IGNORE_PATTERNS",
-    "ParsedSource",
-    "SourceKind",
-    "check_checkpoint_folder",
-    "check_hub_disk",
-    "demo_gguf_path",
-    "gguf_float32_bytes",
-    "hub_cache_dir",
-    "hub_listing",
-    "hub_offline",
-    "parse_source",
-]
+__all__ = ["DownloadResult", "DownloadSpec", "check_disk_for", "download", "hf_dir_for"]

@@ -217,8 +217,6 @@ def check_hub_disk(parsed: ParsedSource, out: Path) -> None:
     must fit there too (both on one filesystem: the sum). Sizes are the Hub's own listing."""
     from huggingface_hub import constants
 
-    from pipeline.convert import check_disk
-
     listed = hub_listing(parsed)
     if not listed:
         return
@@ -233,11 +231,11 @@ def check_hub_disk(parsed: ParsedSource, out: Path) -> None:
     copy = sum(int(e.size) for e in listed)
     what = f"hf:{parsed.location}"
     if resources.same_filesystem(cache, out):
-        check_disk(out, fetch + copy, free=resources.free_disk_bytes(out),
+        resources.check_disk(out, fetch + copy, free=resources.free_disk_bytes(out),
                    what=f"{what} ({fetch / GIB_F:.2f} GiB to fetch into the HF cache {cache}, {copy / GIB_F:.2f} GiB copied to {out})")
         return
-    check_disk(cache, fetch, free=resources.free_disk_bytes(cache), what=f"{what} in the HF cache {cache}")
-    check_disk(out, copy, free=resources.free_disk_bytes(out), what=f"the copy of {what} in {out}")
+    resources.check_disk(cache, fetch, free=resources.free_disk_bytes(cache), what=f"{what} in the HF cache {cache}")
+    resources.check_disk(out, copy, free=resources.free_disk_bytes(out), what=f"the copy of {what} in {out}")
 
 
 __all__ = ["check_hub_disk", "copy_snapshot", "hub_cache_dir", "hub_listing", "hub_offline", "library_progress_bars", "snapshot"]

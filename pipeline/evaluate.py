@@ -40,24 +40,20 @@ from typing import Any
 from pipeline.artifacts import read_manifest, sha256_json
 from pipeline.errors import InvalidInputError
 from pipeline.evaluate_cache import cached_result, evaluation_inputs, report_dir_for, store_result
-from pipeline.evaluate_gate import apply_gate, check_gate
-from pipeline.evaluate_report import TABLE_COLUMNS, markdown_report, markdown_table, table_rows, write_reports
+from pipeline.evaluate_gate import apply_gate
 from pipeline.evaluate_scoring import (
     EVAL_DATA,
-    Score,
     format_row,
     load_eval_texts,
-    relative_delta,
     score_model,
     token_windows,
 )
-from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec, FormatResult
+from pipeline.evaluate_spec import EvaluateResult, EvaluateSpec, FormatResult
 from pipeline.paths import model_slug
 from pipeline.placement import Job, Placement
 from pipeline.reporting import SILENT, Reporter
 from pipeline.simulated import (
     BASELINE_DTYPE,
-    Variant,
     calibration_texts,
     count_kv_quantizer_calls,
     simulated_model,
@@ -86,7 +82,7 @@ def resolve_model(model: str, reporter: Reporter = SILENT) -> tuple[Path, str]:
 def evaluate(spec: EvaluateSpec, reporter: Reporter = SILENT) -> EvaluateResult:
     """Measure the baseline and every variant; write JSON, CSV, Markdown and a PNG plot into
     `<reports>/evaluate-<id>/`. Same inputs again: the stored figures are reused (the gate is
-    re-applied with this spec's max_delta). Does not raise on a failed gate: see `check_gate`."""
+    re-applied with this spec's max_delta). Does not raise on a failed gate: see `pipeline.evaluate_gate.check_gate`."""
     started = time.time()
     hf_dir, model_name = resolve_model(spec.model, reporter)
     data_path = Path(spec.data).expanduser().resolve() if spec.data else EVAL_DATA
@@ -210,28 +206,4 @@ def _measure(
     return {"baseline": baseline, "formats": formats, "windows": len(windows)}
 
 
-__all__ = [
-    # the stage
-    "evaluate",
-    "place_evaluation",
-    "resolve_model",
-    # re-exported from the modules it is made of, so `from pipeline.evaluate import ...` keeps working
-    "DEFAULT_MAX_DELTA",
-    "EVAL_DATA",
-    "TABLE_COLUMNS",
-    "EvaluateResult",
-    "EvaluateSpec",
-    "FormatResult",
-    "Score",
-    "Variant",
-    "apply_gate",
-    "check_gate",
-    "load_eval_texts",
-    "markdown_report",
-    "markdown_table",
-    "relative_delta",
-    "score_model",
-    "table_rows",
-    "token_windows",
-    "write_reports",
-]
+__all__ = ["evaluate", "place_evaluation", "resolve_model"]

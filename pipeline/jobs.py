@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
 from pipeline.errors import GateFailedError, InvalidInputError
-from pipeline.evaluate import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec, check_gate, evaluate
+from pipeline.evaluate import evaluate
+from pipeline.evaluate_gate import check_gate
+from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec
 from pipeline.reporting import SILENT, Reporter
 from pipeline.simulated import Variant
 
@@ -51,7 +53,9 @@ class EngineJobSpec(BaseModel):
     root: Path | None = None
 
 
-class DemoStep(BaseModel):
+class JobStep(BaseModel):
+    """One finished step of a job (download, convert, build, render, serve, smoke...): what it made and how long it took."""
+
     name: str
     seconds: float
     artifact: str
@@ -59,7 +63,7 @@ class DemoStep(BaseModel):
 
 
 class DemoResult(BaseModel):
-    steps: list[DemoStep]
+    steps: list[JobStep]
     passed: bool
     smoke: dict[str, Any]
     prompt: str = ""
@@ -71,7 +75,7 @@ class DemoResult(BaseModel):
 
 
 class EngineJobResult(BaseModel):
-    steps: list[DemoStep]
+    steps: list[JobStep]
     engine_dir: Path | None
     repo: Path | None
 
@@ -83,19 +87,19 @@ class EngineJobResult(BaseModel):
 class _Steps:
     """Times steps and reports each as it ends."""
 
-    def __init__(self, on_step: Callable[[DemoStep], None] | None) -> None:
-        self.steps: list[DemoStep] = []
+    def __init__(self, on_step: Callable[[JobStep], None] | None) -> None:
+        self.steps: list[JobStep] = []
         self._on_step = on_step
 
     def record(self, name: str, started: float, artifact: Path | str, detail: str = "") -> None:
-        step = DemoStep(name=name, seconds=round(time.perf_counter() - started, 2), artifact=str(artifact), detail=detail)
+        step = JobStep(name=name, seconds=round(time.perf_counter() - started, 2), artifact=str(artifact), detail=detail)
         self.steps.append(step)
         if self._on_step:
             self._on_step(step)
 
 
 def run_engine_job(
-    spec: EngineJobSpec, on_step: Callable[[DemoStep], None] | None = None, reporter: Reporter = SILENT
+    spec: EngineJobSpec, on_step: Callable[[JobStep], None] | None = None, reporter: Reporter = SILENT
 ) -> EngineJobResult:
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
@@ -115,7 +119,7 @@ def run_engine_job(
 
     t = time.perf_counter()
     checkpoint = convert(ConvertSpec(model=str(downloaded.path), quant=spec.quant, kv_cache=spec.kv_cache,
-                                     tp=spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root))
+                                     tp=spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root), reporter)
     steps.record("convert", t, checkpoint.path, ("reused " if checkpoint.skipped else "")
                  + f"{checkpoint.quant_algo or checkpoint.dtype}, KV {checkpoint.kv_cache_quant_algo or checkpoint.dtype}, {checkpoint.ranks} rank(s)")
 
@@ -178,7 +182,7 @@ def fetch_model(source: str, root: Path | None, reporter: Reporter = SILENT) -> 
     return FetchedModel(path=result.path, model=result.model, bytes=result.bytes, skipped=result.skipped)
 
 
-def run_demo(spec: DemoSpec, on_step: Callable[[DemoStep], None] | None = None, reporter: Reporter = SILENT) -> DemoResult:
+def run_demo(spec: DemoSpec, on_step: Callable[[JobStep], None] | None = None, reporter: Reporter = SILENT) -> DemoResult:
     from pipeline.serve import ServerSpec, start_server
     from pipeline.smoke import SmokeSpec, run_smoke
 
@@ -262,7 +266,7 @@ def run_evaluation(
 ) -> EvaluateResult:
     """`evaluate`, then, given a checkpoint folder, its figures recorded in that folder's manifest,
     pass or fail (a folder without a manifest is refused before the long run). The gate is the
-    caller's: `pipeline.evaluate.check_gate` after the result is shown."""
+    caller's: `pipeline.evaluate_gate.check_gate` after the result is shown."""
     if record_in is not None:
         checkpoint_manifest(record_in)
     result = evaluate(spec, reporter)

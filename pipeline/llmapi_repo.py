@@ -27,6 +27,10 @@ from pipeline import bundle
 from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, is_pytorch_deployable, read_deployable
 from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.model_repo import (
+    LEFTOVER_MARKERS, RenderResult, default_out_dir, package_folder, parse_model_config, templates_dir, templates_hash,
+    tensor_signature,
+)
 
 MODEL = "tensorrt_llm"
 TEMPLATE_DIR = "llmapi"
@@ -60,9 +64,7 @@ def read_llmapi_deployable(folder: Path) -> Deployable:
 
 
 def contract_path() -> Path:
-    from pipeline.render import _package_folder
-
-    path = _package_folder("pipeline.data", "contract tables", "PIPELINE_REFERENCE_DIR") / CONTRACT_FILE
+    path = package_folder("pipeline.data", "contract tables", "PIPELINE_REFERENCE_DIR") / CONTRACT_FILE
     if not path.is_file():
         raise StageFailedError(f"The LLM-API tensor contract render checks against is missing ({path}).",
                                hint="Reinstall the pipeline (it ships in pipeline/data/llmapi/).")
@@ -86,8 +88,6 @@ def _refuse_engine_options(spec) -> None:
 
 def render_llmapi(spec):
     """render() for a PyTorch-backend deployable (spec: pipeline.render.RenderSpec)."""
-    from pipeline.render import RenderResult, templates_dir, templates_hash
-
     started = time.time()
     deployable = read_llmapi_deployable(spec.engine)
     folder, options, manifest = deployable.path, deployable.options, deployable.manifest
@@ -96,8 +96,6 @@ def render_llmapi(spec):
     if runtime not in LLMAPI_RUNTIMES:
         raise InvalidInputError(f"--runtime {runtime} renders TensorRT engines; {folder} is a PyTorch-backend deployable.",
                                 hint="Leave --runtime out, or give llmapi (TensorRT-LLM's PyTorch backend) or reference (CPU).")
-    from pipeline.render import default_out_dir
-
     out = Path(spec.out).resolve() if spec.out else default_out_dir(folder)
     root = bundle.model_root(spec.model_root, out)
     bundle.check_out(out, folder, None)
@@ -176,8 +174,6 @@ def write_llmapi_repository(templates: Path, out: Path, context: dict) -> None:
 
 def contract_problems(config, contract: dict) -> list[str]:
     """Differences between a parsed tensorrt_llm config.pbtxt and the recorded LLM-API contract."""
-    from pipeline.render import tensor_signature
-
     problems = []
     if config.name != contract["model"]["name"]:
         problems.append(f"the model is named {config.name!r}, the contract says {contract['model']['name']!r}")
@@ -229,8 +225,6 @@ def model_yaml_problems(model_yaml: Path, decoupled: bool) -> list[str]:
 
 def check_llmapi_repository(repo: Path, *, decoupled: bool) -> dict[str, str]:
     """Every check on a rendered LLM-API repository; InvalidInputError (exit 2) naming the problems."""
-    from pipeline.render import _LEFTOVER_MARKERS, parse_model_config
-
     config_path = repo / MODEL / "config.pbtxt"
     config = parse_model_config(config_path)
     contract = read_contract()
@@ -238,7 +232,7 @@ def check_llmapi_repository(repo: Path, *, decoupled: bool) -> dict[str, str]:
     problems += model_yaml_problems(repo / MODEL / "1" / "model.yaml", decoupled)
     problems += [f"unrendered template text in {path.relative_to(repo)}: {marker}"
                  for path in sorted(repo.rglob("*")) if path.is_file() and path.suffix in (".pbtxt", ".yaml")
-                 for marker in _LEFTOVER_MARKERS if marker in path.read_text(encoding="utf-8", errors="replace")]
+                 for marker in LEFTOVER_MARKERS if marker in path.read_text(encoding="utf-8", errors="replace")]
     if problems:
         raise InvalidInputError("The rendered LLM-API repository failed its checks:\n  " + "\n  ".join(problems[:20]),
                                 hint="Fix model_repo_templates/llmapi/ (or PIPELINE_TEMPLATES_DIR); nothing was written.")

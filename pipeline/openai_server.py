@@ -89,7 +89,7 @@ def choose_engine(deployable: Deployable) -> Engine:
         return "transformers"
     if shutil.which("trtllm-serve"):
         return "trtllm-serve"
-    from pipeline.doctor import detect_gpu_key
+    from pipeline.host import detect_gpu_key
 
     try:
         gpu = detect_gpu_key()

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.plan import ModelSpec, weight_bytes_per_gpu
-from pipeline.quant import QuantFormat, quant_format
+from pipeline.quant import WEIGHTS_PACKED_AT_BUILD, QuantFormat, quant_format
 from pipeline.resources import GIB, GpuMemory, Machine
 
 Device = Literal["auto", "cuda", "cpu"]
@@ -202,8 +202,6 @@ def footprint(model: ModelSpec, job: Job) -> Footprint:
 
 def _packed(fmt: QuantFormat) -> bool:
     """Weights ModelOpt quantizes and packs at export (int4_wo stays 16-bit: trtllm-build packs it)."""
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
-
     return fmt.is_quantized and fmt.name not in WEIGHTS_PACKED_AT_BUILD
 
 

@@ -211,7 +211,7 @@ class Machine(BaseModel):
         import importlib.util
         import shutil
 
-        from pipeline.doctor import detect_gpu_key
+        from pipeline.host import detect_gpu_key
 
         try:
             gpu = detect_gpu_key()

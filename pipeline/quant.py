@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from pipeline.errors import InvalidInputError
 
+# Formats whose weights leave ModelOpt unquantized; TensorRT-LLM quantizes them at build time.
+WEIGHTS_PACKED_AT_BUILD = {"int4_wo": "W4A16"}
+
 
 @dataclass(frozen=True)
 class QuantFormat:

@@ -14,7 +14,7 @@ installed ModelOpt 0.47):
   export writes int8 weights and quant_algo W8A16.
 - int4_wo: ModelOpt has no per-channel INT4 weight-only preset that its TensorRT-LLM export knows,
   so (as TensorRT-LLM's script does) the weights stay 16-bit and the checkpoint's quant_algo is set
-  to W4A16; trtllm-build packs them to int4 when it loads the checkpoint. See `WEIGHTS_PACKED_AT_BUILD`.
+  to W4A16; trtllm-build packs them to int4 when it loads the checkpoint. See `pipeline.quant.WEIGHTS_PACKED_AT_BUILD`.
 - KV cache fp8 / int8: ModelOpt's attention `k_bmm_quantizer` / `v_bmm_quantizer` with E4M3 or
   8-bit integer, max-calibrated (FP8_KV_CFG, and the same entry with 8 bits for int8).
 """
@@ -31,9 +31,6 @@ from pipeline.quant import KvCacheFormat, QuantFormat
 
 if TYPE_CHECKING:
     from pipeline.placement import Placement
-
-# Formats whose weights leave ModelOpt unquantized; TensorRT-LLM quantizes them at build time.
-WEIGHTS_PACKED_AT_BUILD = {"int4_wo": "W4A16"}
 
 AWQ_BLOCK_SIZES = (128, 64)
 

@@ -21,7 +21,6 @@ checked there, and renamed into place only when every check passed:
 from __future__ import annotations
 
 import csv
-import importlib.resources
 import json
 import os
 import shutil
@@ -32,13 +31,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline import bundle
-from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_file, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.paths import build_root, safe_name
+from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
+from pipeline.model_repo import (
+    LEFTOVER_MARKERS,
+    RenderResult,
+    Runtime,
+    default_out_dir,
+    package_folder,
+    parse_model_config,
+    templates_dir,
+    templates_hash,
+    tensor_signature,
+)
 from pipeline.profiles import check_engine_compatible
 from pipeline.versions import TRTLLM_VERSION
 
-Runtime = Literal["tensorrtllm", "reference", "llmapi"]  # llmapi: a PyTorch-backend deployable (llmapi_repo.py)
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 LOGITS_DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
 # The engine's pretrained_config.logits_dtype (trtllm-build --logits_dtype; TensorRT-LLM's default is
@@ -59,7 +68,6 @@ UNSET_PARAMETER_KEYS = (
     "lora_prefetch_dir", "decoding_mode", "lookahead_window_size", "lookahead_ngram_size",
     "lookahead_verification_set_size", "medusa_choices", "eagle_choices",
 )
-_LEFTOVER_MARKERS = ("${", "{{", "{%")
 REFERENCE_TABLES = ("triton_trtllm_model_io.tsv", "triton_trtllm_parameters.tsv", "triton_trtllm_required_parameters.tsv")
 
 
@@ -94,65 +102,17 @@ class RenderSpec(BaseModel):
     force: bool = False
 
 
-class RenderResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    repo: Path
-    runtime: Runtime
-    models: list[str]
-    max_batch_size: int
-    engine: Path
-    tokenizer: Path
-    checks: dict[str, str]
-    notes: list[str] = []
-    reused: bool
-    duration_s: float
-    model_root: Path
-    bundle: dict
-
-
-def _package_folder(package: str, what: str, override: str) -> Path:
-    try:
-        folder = importlib.resources.files(package)
-    except ModuleNotFoundError as error:
-        raise StageFailedError(f"The installed pipeline has no {what} (package {package} is missing).",
-                               hint=f"Reinstall the pipeline (`make install`, or `pip install .`), or set {override}.") from error
-    if not isinstance(folder, Path):
-        raise StageFailedError(f"The {what} of the installed pipeline are not on the filesystem ({folder}).",
-                               hint=f"Install the pipeline unzipped (pip does), or set {override}.")
-    return folder
-
-
-def templates_dir() -> Path:
-    """$PIPELINE_TEMPLATES_DIR, else the installed package pipeline.model_repo_templates (a checkout's
-    model_repo_templates/ through the editable install)."""
-    override = os.environ.get("PIPELINE_TEMPLATES_DIR")
-    path = Path(override) if override else _package_folder("pipeline.model_repo_templates", "model repository templates",
-                                                           "PIPELINE_TEMPLATES_DIR")
-    if not (path / "ensemble" / "config.pbtxt.j2").is_file():
-        raise StageFailedError(f"Model repository templates not found in {path}.",
-                               hint="Reinstall the pipeline, or point PIPELINE_TEMPLATES_DIR at a model_repo_templates/ folder.")
-    return path
-
-
 def reference_tables_dir() -> Path:
     """$PIPELINE_REFERENCE_DIR, else the tables shipped in the package (pipeline/data/reference/).
     Every table of REFERENCE_TABLES must be there: a check without its facts is an error, not a skip."""
     override = os.environ.get("PIPELINE_REFERENCE_DIR")
-    path = Path(override) if override else _package_folder("pipeline.data", "contract tables", "PIPELINE_REFERENCE_DIR") / "reference"
+    path = Path(override) if override else package_folder("pipeline.data", "contract tables", "PIPELINE_REFERENCE_DIR") / "reference"
     missing = [name for name in REFERENCE_TABLES if not (path / name).is_file()]
     if missing:
         raise StageFailedError(f"The contract tables render checks against are missing from {path}: {', '.join(missing)}.",
                                hint="Reinstall the pipeline (they ship in pipeline/data/reference/), or point "
                                "PIPELINE_REFERENCE_DIR at a folder with them (the project's shared/reference/).")
     return path
-
-
-def templates_hash(templates: Path) -> str:
-    """Names and contents of the template files (bytecode caches and the package marker left out)."""
-    return sha256_json({path.relative_to(templates).as_posix(): sha256_file(path)
-                        for path in sorted(templates.rglob("*"))
-                        if path.is_file() and "__pycache__" not in path.parts and path.name != "__init__.py"})
 
 
 def read_engine_config(engine: Path) -> dict:
@@ -170,19 +130,7 @@ def read_engine_config(engine: Path) -> dict:
     return config
 
 
-def default_out_dir(engine: Path) -> Path:
-    engine = Path(engine).resolve()
-    if engine.parent.name != "engines":
-        raise InvalidInputError(f"Cannot tell the model and profile of {engine}: it is not under build/<model>/engines/.",
-                                hint="Pass --out DIR for the rendered repository.")
-    model, profile_id = safe_name(engine.parents[1].name, what="model name"), safe_name(engine.name, what="profile id")
-    root = engine.parents[2] if engine.parents[2] else build_root()
-    return root / model / "triton" / profile_id
-
-
 def render(spec: RenderSpec) -> RenderResult:
-    from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
-
     if looks_like_deployable(spec.engine):  # NVIDIA's LLM-API layout (pipeline/llmapi_repo.py)
         return render_llmapi(spec)
     if spec.runtime == "llmapi":
@@ -405,19 +353,6 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
 # Checks
 # ---------------------------------------------------------------------------------------------
 
-def parse_model_config(path: Path):
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    config = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse(path.read_text(encoding="utf-8"), config)
-    except text_format.ParseError as error:
-        raise StageFailedError(f"{path} does not parse as a Triton ModelConfig: {error}.",
-                               hint="A template renders invalid protobuf text; fix it in model_repo_templates/.") from error
-    return config
-
-
 def check_repository(repo: Path) -> dict[str, str]:
     """Run every check on a rendered repository; raise StageFailedError naming the first problems."""
     problems: list[str] = []
@@ -435,7 +370,7 @@ def check_repository(repo: Path) -> dict[str, str]:
     leftovers = [
         f"{path.relative_to(repo)}: {marker}"
         for path in sorted(repo.rglob("*")) if path.is_file() and path.suffix in (".pbtxt", ".py", ".json")
-        for marker in _LEFTOVER_MARKERS if marker in path.read_text(encoding="utf-8", errors="replace")
+        for marker in LEFTOVER_MARKERS if marker in path.read_text(encoding="utf-8", errors="replace")
     ]
     problems += [f"unrendered template text in {item}" for item in leftovers]
     checks["placeholders"] = "no ${, {{ or {% left"
@@ -486,19 +421,6 @@ def ensemble_problems(configs: dict) -> list[str]:
 def read_tsv(path: Path) -> list[dict[str, str]]:
     with open(path, encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle, delimiter="\t"))
-
-
-def tensor_signature(tensor, is_input: bool) -> dict[str, str]:
-    from tritonclient.grpc import model_config_pb2
-
-    dims = "[" + ", ".join(str(d) for d in tensor.dims) + "]"
-    return {
-        "data_type": model_config_pb2.DataType.Name(tensor.data_type),
-        "dims": dims,
-        "optional": ("yes" if tensor.optional else "no") if is_input else "no",
-        "allow_ragged_batch": ("yes" if tensor.allow_ragged_batch else "no") if is_input else "no",
-        "reshape": ("[" + ", ".join(str(d) for d in tensor.reshape.shape) + "]") if tensor.HasField("reshape") else "",
-    }
 
 
 def contract_problems(config, tables: Path, model: str = "tensorrt_llm") -> list[str]:

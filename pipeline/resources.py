@@ -13,6 +13,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.errors import UnsupportedError
+
 GIB = float(1 << 30)
 _NO_LIMIT = 1 << 60  # cgroup v1 writes ~2^63 for "no limit"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -152,3 +154,18 @@ def free_disk_bytes(path: Path) -> int:
 
 def same_filesystem(a: Path, b: Path) -> bool:
     return existing_parent(a).stat().st_dev == existing_parent(b).stat().st_dev
+
+
+DISK_MARGIN_BYTES = 256 << 20
+
+
+def check_disk(target: Path, needed: int, *, what: str, free: int) -> None:
+    """Refuse (exit 2) before writing when the filesystem of target lacks needed bytes (+ 5% and 256 MiB)."""
+    wanted = int(needed * 1.05) + DISK_MARGIN_BYTES
+    if free < wanted:
+        raise UnsupportedError(
+            f"Not enough disk for {what}: it needs about {needed / GIB:.2f} GiB, and {free / GIB:.2f} GiB is free on "
+            f"the filesystem of {existing_parent(target)}.",
+            hint=f"Free {max(0.01, (wanted - free) / GIB):.2f} GiB there, or point PIPELINE_BUILD_DIR at a disk with "
+            f"{wanted / GIB:.1f} GiB free.",
+        )

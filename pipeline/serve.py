@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
+from pipeline.host import detect_gpu_key
 from pipeline.paths import build_root
 from pipeline.processes import ServerProcess, spawn
 
@@ -282,7 +283,6 @@ def check_engine(repo: Path) -> None:
     engine = Path(match.group(1)) if match else None
     if engine is None or not (engine / "config.json").is_file():
         return
-    from pipeline.doctor import detect_gpu_key
     from pipeline.profiles import check_engine_compatible
 
     try:

@@ -112,7 +112,8 @@ def simulated_model(
     `pipeline.placement.Placement` puts it): weights rounded to fp16/bf16 for the 16-bit formats;
     ModelOpt fake quantization (pipeline.quantize) otherwise; for formats whose weights trtllm-build
     quantizes (int4_wo), that rounding is applied to the weights."""
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD, load_hf_model, quantize_model
+    from pipeline.quant import WEIGHTS_PACKED_AT_BUILD
+    from pipeline.quantize import load_hf_model, quantize_model
 
     model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE, placement)
     fmt, kv = variant.fmt, variant.kv
@@ -145,7 +146,7 @@ def round_weights_per_channel(model: Any, bits: int) -> Any:
 
 
 def simulation_note(variant: Variant) -> str:
-    from pipeline.quantize import WEIGHTS_PACKED_AT_BUILD
+    from pipeline.quant import WEIGHTS_PACKED_AT_BUILD
 
     fmt = variant.fmt
     if not fmt.is_quantized:

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline.cpus import reference_threads
     from pipeline.download import DownloadSpec, download
-    from pipeline.reference_engine import write_reference_engine_dir
+    from pipeline.reference_folder import write_reference_engine_dir
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server
 

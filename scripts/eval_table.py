@@ -17,7 +17,10 @@ import sys
 
 from pipeline.artifacts import write_json_atomic
 from pipeline.errors import PipelineError
-from pipeline.evaluate import EvaluateSpec, Variant, evaluate, markdown_report
+from pipeline.evaluate import evaluate
+from pipeline.evaluate_report import markdown_report
+from pipeline.evaluate_spec import EvaluateSpec
+from pipeline.simulated import Variant
 from pipeline.output import to_jsonable
 
 VARIANTS = (

@@ -293,7 +293,7 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
 
 
 def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildResult:
-    from pipeline.reference_engine import write_reference_engine_dir
+    from pipeline.reference_folder import write_reference_engine_dir
 
     limits = plan.limits
     build_config = {

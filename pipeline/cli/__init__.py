@@ -73,25 +73,28 @@ def run(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except typer.Exit as stop:
         return stop.exit_code
-    except typer.TyperException as error:  # usage errors: unknown option, bad value, missing argument
-        show = getattr(error, "show", None)
-        if callable(show):
-            show()
-        else:
-            OUT.error(error.message)
-        return error.exit_code
     except Terminated as stop:
         OUT.error("Terminated.")
         return stop.exit_code
     except (typer.Abort, KeyboardInterrupt):
         OUT.error("Interrupted.")
         return 130
-    except Exception as error:  # a bug: say so plainly, traceback on --debug
-        if _DEBUG["on"]:
+    except Exception as error:
+        if _is_usage_error(error):  # unknown option, bad value, missing argument: Click's message, exit 2
+            error.show()  # type: ignore[attr-defined]
+            return int(error.exit_code)  # type: ignore[attr-defined]
+        if _DEBUG["on"]:  # a bug: say so plainly, traceback on --debug
             raise
         OUT.error(f"Internal error ({type(error).__name__}): {error}", "Re-run with --debug for the traceback and report it.")
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _is_usage_error(error: Exception) -> bool:
+    """A command-line usage error: Click's ClickException interface (show() and an int exit_code), which
+    Typer's usage errors have whether Typer uses click itself or its private copy of it (0.26 on), so no
+    name outside Typer's public API is needed to recognise them."""
+    return callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from pipeline.cli._options import EndpointOpt, JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, set_json
-from pipeline.errors import GateFailedError, InvalidInputError
+from pipeline.errors import InvalidInputError
 from pipeline.output import OUT, simple_table
 
 ConcurrencyOpt = Annotated[str, typer.Option("--concurrency", help="Concurrency levels to sweep, e.g. 1,2,4,8,16.")]
@@ -84,6 +84,7 @@ def bench(
 ) -> None:
     """Measure TTFT, TPOT, latency and throughput of a served model; gate on SLOs (exit 4 when one fails)."""
     from pipeline.bench import BenchSpec, Dist, parse_slo, run_bench
+    from pipeline.bench.gates import FAILED_COLUMNS, failed_rows, require_pass
 
     set_json(json_output)
     if arrival not in ("poisson", "constant"):
@@ -114,14 +115,9 @@ def bench(
     for note in result.notes:
         OUT.warn(note)
     _print(result)
-    failed = result.failed_gates
-    if failed:
-        rows = [[g.slo, g.level, "-" if g.value is None else f"{g.value:.3f}",
-                 ("<= " if g.direction == "max" else ">= ") + f"{g.bound:g}"] for g in failed]
-        OUT.stderr.print(simple_table("SLO gates that failed", ["SLO", "level", "measured", "bound"], rows))
-        lines = "; ".join(f"{r[0]} at {r[1]} = {r[2]} (bound {r[3]})" for r in rows)
-        raise GateFailedError(f"{len(failed)} SLO gate(s) failed: {lines}",
-                              hint=f"The full report is in {result.out_dir}.")
+    if result.failed_gates:
+        OUT.stderr.print(simple_table("SLO gates that failed", list(FAILED_COLUMNS), failed_rows(result.failed_gates)))
+    require_pass(result.failed_gates, result.out_dir)
 
 
 def _print(result) -> None:

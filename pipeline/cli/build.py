@@ -66,7 +66,7 @@ def build(
 
     set_json(json_output)
     if gpu == "auto":
-        from pipeline.doctor import detect_gpu_key
+        from pipeline.host import detect_gpu_key
 
         gpu = detect_gpu_key()
         OUT.info(f"--gpu auto: {gpu}")

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.calibration import DEFAULT_CALIB_SIZE
-from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json
-from pipeline.errors import InvalidInputError
+from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.output import OUT
+from pipeline.reporting import OutputReporter
 
 ModelOpt = Annotated[
     str,
@@ -41,9 +41,6 @@ FormatOpt = Annotated[
     typer.Option("--format", help="trtllm: TensorRT-LLM checkpoint for trtllm-build (default); hf: ModelOpt unified HF "
                  "checkpoint for TensorRT-LLM's PyTorch backend (fp16, bf16, fp8, nvfp4, int4_awq, w4a8_awq; KV auto or fp8)."),
 ]
-
-_DTYPES = ("float16", "bfloat16")
-
 
 def _where(device: Optional[str]) -> str:
     return {"cpu": " on the CPU", "cuda": " on the GPUs"}.get(device or "", "")
@@ -76,19 +73,14 @@ def convert(
     Same inputs again is a no-op; --force redoes it.
     """
     set_json(json_output)
-    if dtype is not None and dtype not in _DTYPES:
-        raise InvalidInputError(f"Unknown --dtype {dtype!r}.", hint=f"Use one of: {', '.join(_DTYPES)}.")
-    from pipeline.placement import check_device
-
-    check_device(device)
     from pipeline.convert import ConvertSpec, convert as run_convert
 
-    spec = ConvertSpec(
-        model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
-        calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype,  # type: ignore[arg-type]
-        device=device, force=force, format=checkpoint_format,  # type: ignore[arg-type]
+    spec = spec_from_options(  # the spec checks --dtype and --device
+        ConvertSpec, model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
+        calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype,
+        device=device, force=force, format=checkpoint_format,
     )
-    result = run_convert(spec)
+    result = run_convert(spec, OutputReporter())
     if result.skipped:
         OUT.info(f"up to date: {result.path} (same inputs, files intact; --force redoes it)")
     verb = "kept" if result.skipped else "wrote"

@@ -7,9 +7,11 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json
+from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json, spec_from_options
 from pipeline.calibration import DEFAULT_CALIB_SIZE
-from pipeline.evaluate import DEFAULT_MAX_DELTA, TABLE_COLUMNS, EvaluateSpec, check_gate, table_rows
+from pipeline.evaluate_gate import check_gate
+from pipeline.evaluate_report import TABLE_COLUMNS, table_rows
+from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateSpec
 from pipeline.jobs import run_evaluation
 from pipeline.output import OUT, simple_table
 from pipeline.reporting import OutputReporter
@@ -67,11 +69,8 @@ def evaluate(
     Reports (JSON, CSV, Markdown, PNG) go to build/<model>/reports/evaluate-<id>/ (or under --out).
     """
     set_json(json_output)
-    from pipeline.placement import check_device
-
-    check_device(device)
-    spec = EvaluateSpec.from_formats(
-        model, quant, kv_cache,
+    spec = spec_from_options(  # the spec checks --device
+        EvaluateSpec.from_formats, model=model, quants=quant, kv_cache=kv_cache,
         data=data, max_delta=max_delta, calib_size=calib_size, calib_data=calib_data, max_texts=max_texts, max_len=max_len, out=out, force=force,
         device=device,
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
-from pipeline.jobs import DemoSpec, DemoStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
+from pipeline.jobs import DemoSpec, JobStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.output import OUT, simple_table
 from pipeline.reporting import OutputReporter
 
@@ -23,11 +23,11 @@ def register(app: typer.Typer) -> None:
     app.command("engine")(engine)
 
 
-def _show(step: DemoStep) -> None:
+def _show(step: JobStep) -> None:
     OUT.info(f"[bold]{step.name}[/bold] {step.seconds:.1f} s  {step.detail}")
 
 
-def _rows(steps: list[DemoStep]) -> list[list[str]]:
+def _rows(steps: list[JobStep]) -> list[list[str]]:
     return [[s.name, f"{s.seconds:.1f}", s.detail, s.artifact] for s in steps]
 
 

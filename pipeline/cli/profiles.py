@@ -42,7 +42,7 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
     gpus = None
     if gpu:
         if gpu == "auto":
-            from pipeline.doctor import detect_gpu_key
+            from pipeline.host import detect_gpu_key
 
             gpu = detect_gpu_key()
             OUT.info(f"--gpu auto: {gpu}")

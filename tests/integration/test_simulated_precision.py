@@ -53,7 +53,7 @@ def test_fp8_engine_serves_fp8_log_probs(demo_hf_dir: Path, demo_engine: Path, d
 
     from pipeline.cpus import reference_threads
 
-    from pipeline.reference_engine import write_reference_engine_dir
+    from pipeline.reference_folder import write_reference_engine_dir
     from pipeline.reference_runtime.engine import SIMULATION_CALIB_SIZE
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server

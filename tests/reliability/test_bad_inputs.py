@@ -64,7 +64,7 @@ ROWS: list[Row] = [
         "h100-sxm (SM 9.0) cannot run nvfp4"),
     Row("unknown-quant", ("convert", "--model", "{tiny}", "--quant", "int3"), 2, "Unknown quantization format 'int3'"),
     Row("unknown-kv-cache", ("convert", "--model", "{tiny}", "--kv-cache", "fp4"), 2, "Unknown KV-cache format 'fp4'"),
-    Row("unknown-dtype", ("convert", "--model", "{tiny}", "--dtype", "float8"), 2, "Unknown --dtype 'float8'"),
+    Row("unknown-dtype", ("convert", "--model", "{tiny}", "--dtype", "float8"), 2, "--dtype: Input should be 'float16' or 'bfloat16' (got 'float8')"),
     Row("tp-not-dividing-heads-convert", ("convert", "--model", "{tiny}", "--tp", "4"), 2,
         "--tp 4 does not divide the model's 2 attention heads"),
     Row("tp-not-dividing-heads-build", ("build", "--gpu", "h100", "--checkpoint", "{tiny}", "--quant", "fp16",
@@ -109,7 +109,7 @@ ROWS: list[Row] = [
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory, tiny_ckpt: Path) -> dict[str, str]:
     """The files the rows point at: broken checkpoints, a reference engine folder, a tiny repo."""
-    from pipeline.reference_engine import write_reference_engine_dir
+    from pipeline.reference_folder import write_reference_engine_dir
 
     tmp = tmp_path_factory.mktemp("bad-inputs")
     empty_dir = tmp / "empty"
@@ -276,8 +276,8 @@ def test_render_refuses_engine_of_another_trtllm_version(tmp_path: Path, monkeyp
                                                (None, "needs an NVIDIA GPU and there is none here")])
 def test_serve_refuses_engine_it_cannot_run(version: str | None, fragment: str, tmp_path: Path, monkeypatch, capsys) -> None:
     """serve reads the engine from tensorrt_llm's gpt_model_path and checks the version and this machine's GPU
-    (pipeline.doctor.detect_gpu_key) before starting anything."""
-    from pipeline.doctor import detect_gpu_key
+    (pipeline.host.detect_gpu_key) before starting anything."""
+    from pipeline.host import detect_gpu_key
     from pipeline.versions import TRTLLM_VERSION
 
     if version is None and detect_gpu_key() != "cpu":

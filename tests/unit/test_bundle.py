@@ -13,7 +13,7 @@ import pytest
 from pipeline import cli
 from pipeline.bundle import check_location, path_problems
 from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.reference_engine import write_reference_engine_dir
+from pipeline.reference_folder import write_reference_engine_dir
 from pipeline.render import MODELS, RenderSpec, parse_model_config, render
 
 

@@ -172,7 +172,7 @@ def test_empty_calibration_file(capsys, build_root, smol_like, tmp_path) -> None
 def test_dtype_that_contradicts_the_format(capsys, build_root, smol_like) -> None:
     refuse(capsys, build_root, ["--model", str(smol_like), "--quant", "fp16", "--dtype", "bfloat16"],
            "--quant fp16 means float16 weights", "--quant bf16")
-    refuse(capsys, build_root, ["--model", str(smol_like), "--quant", "fp8", "--dtype", "fp32"], "Unknown --dtype 'fp32'")
+    refuse(capsys, build_root, ["--model", str(smol_like), "--quant", "fp8", "--dtype", "fp32"], "--dtype: Input should be 'float16' or 'bfloat16' (got 'fp32')")
 
 
 def test_unknown_formats(capsys, build_root, smol_like) -> None:
@@ -261,3 +261,16 @@ def test_hf_format_refuses_architectures_the_pytorch_backend_has_no_class_for(ca
     refuse(capsys, build_root, ["--model", str(folder), "--format", "hf", "--quant", "fp8"],
            f"cannot load {arch}", why, "--format hf takes LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
            "--format trtllm")
+
+
+def test_convert_reports_to_the_reporter_passed_in_and_prints_nothing(build_root, smol_like, tmp_path, capsys) -> None:
+    from pipeline.reporting import RecordingReporter
+
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(f"sample {i}" for i in range(8)))
+    reporter = RecordingReporter()
+    plan_convert(ConvertSpec(model=str(smol_like), quant="fp16", calib_data=calib, calib_size=8), reporter)
+    assert ("info", "convert: fp16 needs no calibration; --calib-data is not used.") in reporter.events
+    plan_convert(ConvertSpec(model=str(smol_like), quant="fp16", calib_data=calib, calib_size=8))  # silent by default
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""

@@ -1,4 +1,4 @@
-"""`pipeline doctor` on this machine (no GPU) and the GPU-name matching it uses for --gpu auto."""
+"""`pipeline doctor` on this machine (no GPU) and on stand-in machines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import pytest
 
 from pipeline.cli import run
-from pipeline.doctor import detect_gpu_key, doctor, match_table_key, report_rows
+from pipeline.doctor import doctor, report_rows
+from pipeline.host import detect_gpu_key
 
 
 def test_doctor_here_says_cpu_only(tmp_path, monkeypatch):
@@ -35,24 +36,10 @@ def test_doctor_cli(capsys, tmp_path, monkeypatch):
     assert "runtime reference" in out and data["summary"] in out
 
 
-@pytest.mark.parametrize("name,memory,key", [
-    ("NVIDIA H100 80GB HBM3", 79.6, "h100-sxm"), ("NVIDIA H100 PCIe", 79.6, "h100-pcie"),
-    ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"), ("NVIDIA A100 80GB PCIe", 79.2, "a100-80gb"),
-    ("NVIDIA L40S", 44.5, "l40s"), ("NVIDIA L4", 22.0, "l4"), ("NVIDIA A10G", 22.0, "a10g"),
-    ("NVIDIA H200", 140.0, "h200"), ("NVIDIA GH200 480GB", 95.0, "gh200"), ("NVIDIA B200", 179.0, "b200"),
-])
-def test_nvml_names_map_to_table_keys(name, memory, key):
-    assert match_table_key(name, memory) == key
-
-
-def test_unknown_gpu_name_is_not_guessed():
-    assert match_table_key("Tesla T4", 15.0) is None
-
-
 def test_doctor_says_which_model_sizes_convert_and_serve(monkeypatch, tmp_path):
     """A stand-in CPU machine with 20 GiB free, then one with two H100s: the sizes each can take."""
     from pipeline import doctor as doctor_module, resources
-    from pipeline.doctor import GpuFound
+    from pipeline.host import GpuFound
     from pipeline.resources import GIB, GpuMemory, Machine
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))

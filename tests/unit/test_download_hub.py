@@ -174,7 +174,7 @@ def test_hub_download_refused_when_the_disk_is_too_small(online: Path, tiny_ckpt
 
 
 def test_hub_disk_check_counts_what_the_cache_lacks_and_the_copy(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch) -> None:
-    import pipeline.convert
+    import pipeline.resources
 
     files = repo_files(tiny_ckpt)
     partial = tiny_ckpt.parent / "partial-for-disk"
@@ -182,7 +182,7 @@ def test_hub_disk_check_counts_what_the_cache_lacks_and_the_copy(online: Path, t
     (partial / "model.safetensors").write_bytes(files["model.safetensors"])
     make_hub_cache(online, "tiny-org/Tiny-Llama", partial, {"main": COMMIT})
     checked: list[tuple[int, str]] = []
-    monkeypatch.setattr(pipeline.convert, "check_disk", lambda target, needed, *, what, free: checked.append((needed, what)))
+    monkeypatch.setattr(pipeline.resources, "check_disk", lambda target, needed, *, what, free: checked.append((needed, what)))
     with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
-from pipeline.evaluate import EvaluateSpec, evaluate, load_eval_texts, score_model, token_windows
+from pipeline.evaluate import evaluate
+from pipeline.evaluate_scoring import load_eval_texts, score_model, token_windows
+from pipeline.evaluate_spec import EvaluateSpec
 from pipeline.simulated import BASELINE_DTYPE, Variant, count_kv_quantizer_calls, simulated_model
 
 pytestmark = pytest.mark.slow

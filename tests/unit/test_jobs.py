@@ -97,7 +97,7 @@ def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
 
 def test_evaluation_refuses_a_folder_without_a_manifest_before_measuring(tmp_path: Path, monkeypatch):
     import pipeline.jobs
-    from pipeline.evaluate import EvaluateSpec
+    from pipeline.evaluate_spec import EvaluateSpec
     from pipeline.jobs import run_evaluation
 
     monkeypatch.setattr(pipeline.jobs, "evaluate", lambda *args: pytest.fail("evaluated before the refusal"))
@@ -109,7 +109,7 @@ def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch
     import time
 
     import pipeline.jobs
-    from pipeline.evaluate import EvaluateSpec
+    from pipeline.evaluate_spec import EvaluateSpec
     from pipeline.jobs import run_evaluation
 
     ckpt = tmp_path / "ckpt"

@@ -26,7 +26,7 @@ from pipeline.k8s import (
     validate_document,
 )
 from pipeline.profiles import BuildProfile
-from pipeline.reference_engine import write_reference_engine_dir
+from pipeline.reference_folder import write_reference_engine_dir
 from pipeline.versions import TRITON_IMAGE
 
 BUILTIN_API = {"v1", "apps/v1", "policy/v1", "autoscaling/v2", "rbac.authorization.k8s.io/v1"}

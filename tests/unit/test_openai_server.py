@@ -70,7 +70,7 @@ def test_quantized_gpu_deployable_without_trtllm_serve_is_refused_with_the_comma
         pytest.skip("trtllm-serve is installed here")
     folder = make_deployable(tmp_path / "build", gpu="h100-sxm", options=GPU_OPTIONS)
     (folder / "model" / "hf_quant_config.json").write_text("{}")
-    monkeypatch.setattr("pipeline.doctor.detect_gpu_key", lambda: "h100-sxm")
+    monkeypatch.setattr("pipeline.host.detect_gpu_key", lambda: "h100-sxm")
     with pytest.raises(ToolMissingError) as error:
         choose_engine(read_deployable(folder))
     assert "trtllm-serve serve" in error.value.hint and "--extra_llm_api_options" in error.value.hint

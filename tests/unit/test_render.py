@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.reference_engine import write_reference_engine_dir
+from pipeline.reference_folder import write_reference_engine_dir
 from pipeline.render import (
     MODELS,
     RenderSpec,

@@ -1,4 +1,5 @@
-"""The reference runtime's engine folder: what `render` reads for `--runtime reference`.
+"""The reference runtime's engine folder: what `render` reads for `--runtime reference` (the folder's
+layout; the runtime that serves it is pipeline/reference_runtime/engine.py).
 
 Same shape as a `trtllm-build` output folder so that render reads both the same way:
 
