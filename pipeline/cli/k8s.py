@@ -68,13 +68,7 @@ def render(
     """Render the /models bundle, Deployment/LeaderWorkerSet, Service, HPA, PDB, monitoring, dashboard and the
     Dockerfile / fill Job / S3 sync that put the bundle in the model store, for a profile."""
     set_json(json_output)
-    from pipeline.errors import InvalidInputError
-
-    if model_store not in ("pvc", "image", "s3"):
-        raise InvalidInputError(f"Unknown --model-store {model_store!r}.", hint="Use pvc, image or s3.")
-    if api not in ("triton", "openai"):
-        raise InvalidInputError(f"Unknown --api {api!r}.", hint="Use triton (Triton Inference Server) or openai (trtllm-serve).")
-    spec = spec_from_options(
+    spec = spec_from_options(  # K8sSpec checks every value (--model-store, --api, names, images) once
         K8sSpec,
         profile_id=profile, engine_dir=engine, api=api, replicas=replicas, namespace=namespace, model_store=model_store,
         s3_uri=s3_uri, pvc_name=pvc_name, image=image, bundle=bundle, bundle_image=bundle_image, base_image=base_image,

@@ -15,13 +15,14 @@ import pytest
 import yaml
 
 from pipeline.cli import run
+from pipeline.commands import trtllm_serve_command
 from pipeline.gpus import get_gpu
 from pipeline.k8s import KUBERNETES_VERSION, TRITON_CORE_METRICS, K8sSpec, render_k8s
-from pipeline.k8s_pytorch import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
+from pipeline.k8s.monitoring import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
 from pipeline.profiles import BuildProfile
-from pipeline.commands import trtllm_serve_command
 from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
-from test_k8s import BUILTIN_API, all_docs, assert_valid, make_engine, one, pod_templates
+
+from k8s_cases import BUILTIN_API, all_docs, assert_valid, make_engine, one, pod_templates
 
 OPTIONS = {"max_batch_size": 16, "max_num_tokens": 4096, "max_seq_len": 2048, "tensor_parallel_size": 1,
            "kv_cache_config": {"free_gpu_memory_fraction": 0.85, "dtype": "fp8", "enable_block_reuse": True},
@@ -181,7 +182,7 @@ def test_openai_monitoring_uses_trtllm_serve_metric_names(build: Path) -> None:
 
 
 def test_openai_bundle_in_each_store(build: Path, tmp_path: Path) -> None:
-    from pipeline.k8s import _FILL_SH, _WAIT_SH
+    from pipeline.k8s.stores import _FILL_SH, _WAIT_SH
 
     _, folder = make_deployable(build)
     image = render_k8s(K8sSpec(engine_dir=folder, api="openai", model_store="image", image="registry.example/llm:1"))
@@ -305,7 +306,7 @@ def test_bad_pytorch_inputs_exit_2(build: Path, case: str) -> None:
 def test_the_options_the_pods_read_are_llm_args_keys(build: Path) -> None:
     """What the bundle adds (return_perf_metrics) is a field of TensorRT-LLM 1.1.0's LlmArgs (the build stage's table)."""
     llm_args = pytest.importorskip("pipeline.build.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
-    from pipeline.k8s_pytorch import serve_options
+    from pipeline.k8s.pytorch import serve_options
 
     _, folder = make_deployable(build)
     assert llm_args.option_problems(serve_options(folder)) == []

@@ -1,24 +1,15 @@
 """`pipeline k8s render` for a PyTorch-backend deployable (engines/<id>/ with model/ and llm_api_options.yaml).
 
-Two APIs, everything else as for engines (pipeline/k8s.py: stores, GPU affinity, security context,
-/dev/shm, probes, PDB, HPA, monitoring, validation):
+Two APIs, everything else as for engines (stores, GPU affinity, security context, /dev/shm, probes, PDB,
+HPA, monitoring, validation):
 - `--api triton`: tritonserver on the Triton LLM-API repository `pipeline render` makes of the
   deployable (tensorrt_llm/config.pbtxt + 1/model.yaml, backend: pytorch), rendered for /models. One
   tritonserver process: the LLM API starts its own tensor-parallel workers.
-- `--api openai`: `trtllm-serve` (pipeline/trtllm_serve.py) on a bundle of the deployable itself:
+- `--api openai`: `trtllm-serve` (pipeline/commands.py) on a bundle of the deployable itself:
   /models/model/ (hard links), /models/llm_api_options.yaml (the planner's options plus
   `return_perf_metrics: true`, without which trtllm-serve mounts no /prometheus/metrics) and a
   manifest.json naming the bundle, which the pvc/s3 stores' wait and sync scripts look for.
-
-Monitoring. Triton LLM-API: only Triton's core families (the C++ backend's nv_trt_llm_* and
-nv_llm_* families do not exist for a Python model). trtllm-serve: the five families of
-pipeline/data/trtllm_serve_metrics.tsv. The autoscaler reads, per pod:
-- trtllm-serve: queue:compute, request_queue_time_seconds over (e2e latency - queue time), the same
-  meaning and --queue-ratio-target as Triton's queue:compute ratio for engines;
-- Triton LLM-API: requests in flight, rate(nv_inference_request_duration_us) / 1e6 (Little's law;
-  a decoupled request's duration runs to its final response, as the engine dashboard's TPOT panel
-  assumes), against the options' max_batch_size: the LLM API queues requests inside the model, where
-  Triton's queue and compute times (which end when execute() returns) cannot see them.
+Their monitoring and autoscaling: pipeline/k8s/monitoring.py.
 """
 
 from __future__ import annotations
@@ -40,40 +31,22 @@ from pipeline.artifacts import (
     sha256_file,
     sha256_json,
 )
+from pipeline.bundle import tree_identity
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
-from pipeline.k8s import (
-    HPA_MODEL,
-    HTTP_PORT,
-    MODEL_MOUNT,
-    K8sSpec,
-    Scaling,
-    Serving,
-    _Ctx,
-    _milli,
-    _sel,
-    dashboard_frame,
-    given_bundle,
-    panel,
-)
+from pipeline.k8s.containers import trtllm_serve_pod_command
+from pipeline.k8s.inputs import given_bundle
+from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec, Serving
 from pipeline.paths import stage_dir
 from pipeline.profiles import BuildProfile
-from pipeline.commands import trtllm_serve_command
+from pipeline.render import RenderSpec, render
 from pipeline.trtllm_serve import MONITORING_OPTIONS
+
 
 PYTORCH_BACKEND = "pytorch"
 OPENAI_BUNDLE_STAGE = "bundle-openai"
 LLMAPI_MODEL_YAML = Path("tensorrt_llm") / "1" / "model.yaml"
-INFLIGHT_RECORD = "triton:requests_in_flight:rate1m"
-INFLIGHT_METRIC = "triton_requests_in_flight"
-OPENAI_RATIO_RECORD = "trtllm:queue_compute_ratio:rate1m"
-OPENAI_RATIO_METRIC = "trtllm_queue_compute_ratio"
-
-
-# ---------------------------------------------------------------------------------------------
-# Which deployable, which API
-# ---------------------------------------------------------------------------------------------
 
 
 def deployable_backend(engine_dir: Path) -> str:
@@ -121,16 +94,9 @@ def max_batch_size(engine_dir: Path, profile: BuildProfile) -> int:
     return int(value) if isinstance(value, int) and value > 0 else profile.max_batch_size
 
 
-# ---------------------------------------------------------------------------------------------
-# Bundles
-# ---------------------------------------------------------------------------------------------
-
-
 def llmapi_bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Path:
     """The Triton LLM-API repository rendered for /models: --bundle, or `pipeline render`'s (reused
     when its inputs are unchanged) at build/<model>/bundles/<profile-id>/."""
-    from pipeline.render import RenderSpec, render
-
     how = f"Render it with `pipeline render --engine {engine_dir} --model-root {MODEL_MOUNT} --out DIR` and pass --bundle DIR"
     if spec.bundle is not None:
         folder = given_bundle(Path(spec.bundle), engine_dir, profile, how)
@@ -199,8 +165,6 @@ def openai_bundle_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) ->
 
 def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> Path:
     """model/ hard-linked from the deployable, the options for the pod, a manifest naming the bundle."""
-    from pipeline.bundle import tree_identity
-
     started = time.time()
     engine_dir = Path(engine_dir).resolve()
     options = serve_options(engine_dir)
@@ -227,99 +191,6 @@ def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> P
                                   started=started, files=files, packages=("pyyaml",),
                                   extra={"profile": profile.model_dump(mode="json"), "backend": PYTORCH_BACKEND,
                                          "bundle": {"model_root": MODEL_MOUNT, "api": "openai"},
-                                         "command": bundle_command(profile)})
+                                         "command": trtllm_serve_pod_command(profile)})
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
-
-
-def bundle_command(profile: BuildProfile) -> list[str]:
-    """trtllm-serve on the bundle at /models."""
-    return trtllm_serve_command(Path(MODEL_MOUNT) / MODEL_SUBDIR, Path(MODEL_MOUNT) / OPTIONS_FILE, "0.0.0.0", HTTP_PORT,
-                                tp_size=profile.tp, pp_size=profile.pp)
-
-
-def openai_command(ctx: _Ctx) -> list[str]:
-    return bundle_command(ctx.profile)
-
-
-# ---------------------------------------------------------------------------------------------
-# Autoscaling and dashboards
-# ---------------------------------------------------------------------------------------------
-
-
-def openai_ratio_expr(ctx: _Ctx) -> str:
-    sel = _sel(ctx)
-    queue = f"sum by (namespace, pod) (rate(request_queue_time_seconds_sum{sel}[1m]))"
-    e2e = f"sum by (namespace, pod) (rate(e2e_request_latency_seconds_sum{sel}[1m]))"
-    # clamp_min keeps an idle pod at 0 instead of 0/0 = NaN
-    return f"{queue}\n/ clamp_min({e2e} - {queue}, 0.001)"
-
-
-def inflight_expr(ctx: _Ctx) -> str:
-    return f"sum by (namespace, pod) (rate(nv_inference_request_duration_us{_sel(ctx, HPA_MODEL)}[1m])) / 1e6"
-
-
-def pytorch_scaling(ctx: _Ctx) -> Scaling:
-    if ctx.openai:
-        return Scaling(OPENAI_RATIO_RECORD, OPENAI_RATIO_METRIC, openai_ratio_expr(ctx), _milli(ctx.spec.queue_ratio_target))
-    return Scaling(INFLIGHT_RECORD, INFLIGHT_METRIC, inflight_expr(ctx), str(max(1, ctx.max_batch_size)))
-
-
-NO_COUNTERPART = {
-    "llmapi": "No counterpart for a Python model: requests active/queued inside the LLM API, KV-cache blocks, "
-              "TensorRT-LLM runtime memory and output-token counts (TPOT) are nv_trt_llm_*/nv_llm_* families of the "
-              "C++ tensorrtllm backend only.",
-    "openai": "No counterpart in trtllm-serve's Prometheus families (TensorRT-LLM 1.1): KV-cache blocks and GPU memory "
-              "(its /metrics JSON iteration stats carry them with enable_iter_perf_stats, not scrapeable; use the GPU "
-              "Operator's dcgm-exporter for GPU memory) and Triton's pending-request count.",
-}
-
-
-def pytorch_dashboard(ctx: _Ctx) -> dict[str, Any]:
-    """The engine dashboard's panels where the PyTorch-backend servers export a counterpart."""
-    scale = pytorch_scaling(ctx)
-    recorded = f'{scale.record}{{namespace="{ctx.ns}",deployment="{ctx.name}"}}'
-    if ctx.openai:
-        sel = _sel(ctx)
-
-        def quantiles(family: str) -> list[tuple[str, str]]:
-            return [(f"histogram_quantile({q}, sum by (le) (rate({family}_bucket{sel}[5m])))", f"p{round(q * 100)}")
-                    for q in (0.5, 0.99)]
-
-        mean = "sum(rate({0}_sum{1}[5m])) / clamp_min(sum(rate({0}_count{1}[5m])), 1e-9)"
-        panels = [
-            panel(1, "Time to first token", "s", quantiles("time_to_first_token_seconds"), 0, 0,
-                  "time_to_first_token_seconds (trtllm-serve, return_perf_metrics)."),
-            panel(2, "Time per output token", "s", quantiles("time_per_output_token_seconds"), 12, 0,
-                  "time_per_output_token_seconds: exported directly (Triton's engine dashboard derives it)."),
-            panel(3, "Queue vs end-to-end time per request", "s", [
-                (mean.format("request_queue_time_seconds", sel), "queue"),
-                (mean.format("e2e_request_latency_seconds", sel), "end to end"),
-                (recorded, "queue:compute {{pod}}")], 0, 8, "The HPA scales on queue:compute per pod."),
-            panel(4, "Requests in flight (Little's law) and finished", "short", [
-                (f"sum by (pod) (rate(e2e_request_latency_seconds_sum{sel}[5m]))", "in flight {{pod}}"),
-                (f"sum by (finished_reason) (rate(request_success_total{sel}[5m]))", "finished/s {{finished_reason}}")],
-                  12, 8),
-        ]
-        title, tags = f"trtllm-serve {ctx.profile.model} ({ctx.profile.name})", ["trtllm-serve"]
-    else:
-        sel, all_models = _sel(ctx, HPA_MODEL), _sel(ctx)
-        ttft = f"nv_inference_first_response_histogram_ms_bucket{sel}"
-        panels = [
-            panel(1, "Time to first token (first streamed response)", "ms", [
-                (f"histogram_quantile(0.5, sum by (le) (rate({ttft}[5m])))", "p50"),
-                (f"histogram_quantile(0.99, sum by (le) (rate({ttft}[5m])))", "p99")], 0, 0,
-                  "nv_inference_first_response_histogram_ms (needs --metrics-config=histogram_latencies=true)."),
-            panel(2, "Request duration (mean)", "µs", [
-                (f"sum(rate(nv_inference_request_duration_us{sel}[5m])) / "
-                 f"clamp_min(sum(rate(nv_inference_request_success{sel}[5m])), 1e-9)", "mean")], 12, 0),
-            panel(3, "Requests in flight (Little's law)", "short", [
-                (recorded, "in flight {{pod}}"),
-                (f"sum(nv_inference_pending_request_count{all_models})", "Triton pending")], 0, 8,
-                  f"The HPA adds a pod when pods average more than max_batch_size ({ctx.max_batch_size}) in flight."),
-            panel(4, "GPU memory", "bytes", [
-                (f"sum by (gpu_uuid) (nv_gpu_memory_used_bytes{all_models})", "used {{gpu_uuid}}"),
-                (f"sum by (gpu_uuid) (nv_gpu_memory_total_bytes{all_models})", "total {{gpu_uuid}}")], 12, 8),
-        ]
-        title, tags = f"Triton LLM-API {ctx.profile.model} ({ctx.profile.name})", ["triton", "llmapi"]
-    return dashboard_frame(ctx, title, tags, panels, NO_COUNTERPART[ctx.serving])

@@ -1,0 +1,67 @@
+"""pipeline.k8s.stage and `pipeline k8s render`: same inputs are a no-op, --engine and --out, bad inputs
+exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import run
+
+from k8s_cases import CASES, build_root, make_engine
+
+
+@pytest.fixture
+def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return build_root(tmp_path, monkeypatch)
+
+
+def test_same_inputs_is_a_noop_and_engine_option(build: Path, capsys: pytest.CaptureFixture) -> None:
+    profile, engine = make_engine(build, **CASES["h100-tp2"])
+    assert run(["k8s", "render", "--engine", str(engine), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["skipped"] is False and first["kind"] == "Deployment" and first["gpus_per_pod"] == 2
+    out = Path(first["out_dir"])
+    assert out == build / "demo" / "k8s" / profile.id
+    stamp = (out / "deployment.yaml").stat().st_mtime_ns
+    assert run(["k8s", "render", "--profile", profile.name, "--json"]) == 0  # readable name works too
+    second = json.loads(capsys.readouterr().out)
+    assert second["skipped"] is True and (out / "deployment.yaml").stat().st_mtime_ns == stamp
+    assert run(["k8s", "render", "--profile", profile.id, "--replicas", "2", "--max-replicas", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["skipped"] is False
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_out_option(build: Path, tmp_path: Path) -> None:
+    profile, _ = make_engine(build, **CASES["h100-tp1"])
+    assert run(["k8s", "render", "--profile", profile.id, "--out", str(tmp_path / "k8s-out")]) == 0
+    assert (tmp_path / "k8s-out" / "kustomization.yaml").is_file()
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--profile", "abc", "--engine", "."],
+    ["--profile", "doesnotexist"],
+    ["--profile", "../etc"],
+    ["--engine", "/nonexistent/engine"],
+    ["--model-store", "nfs"],
+    ["--model-store", "s3"],
+    ["--model-store", "s3", "--s3-uri", "https://bucket/x"],
+    ["--model-store", "image"],
+    ["--min-replicas", "5", "--max-replicas", "2"],
+    ["--namespace", "Bad_NS"],
+    ["--queue-ratio-target", "0"],
+])
+def test_bad_inputs_exit_2(build: Path, args: list[str]) -> None:
+    profile, _ = make_engine(build, **CASES["h100-tp1"])
+    needs_profile = not any(a in args for a in ("--profile", "--engine")) and args
+    assert run(["k8s", "render", *(["--profile", profile.id] if needs_profile else []), *args]) == 2
+
+
+def test_engine_folder_without_profile(build: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "engine"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"stage": "build"}))
+    assert run(["k8s", "render", "--engine", str(folder)]) == 2
