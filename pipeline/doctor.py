@@ -91,7 +91,8 @@ def _free_disk(path: Path) -> float:
 
 # Public Llama-family shapes (each model's config.json on the Hub): hidden, MLP, layers, heads, KV heads,
 # vocabulary, tied embeddings. The demo is SmolLM2-135M; the others are Llama 3.2 1B/3B and 3.1 8B/70B/405B.
-REFERENCE_SIZES: tuple[tuple[str, int, int, int, int, int, int, bool], ...] = (
+ReferenceSize = tuple[str, int, int, int, int, int, int, bool]
+REFERENCE_SIZES: tuple[ReferenceSize, ...] = (
     ("SmolLM2-135M (demo)", 576, 1536, 30, 9, 3, 49152, True),
     ("Llama-3.2-1B", 2048, 8192, 16, 32, 8, 128256, True),
     ("Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, True),
@@ -102,7 +103,8 @@ REFERENCE_SIZES: tuple[tuple[str, int, int, int, int, int, int, bool], ...] = (
 SERVE_RAM_OVERHEAD_BYTES = 2 << 30  # tritonserver and its Python stubs beside the reference runtime's fp32 weights
 
 
-def reference_shape(name: str, hidden: int, mlp: int, layers: int, heads: int, kv: int, vocab: int, tied: bool) -> Any:
+def reference_shape(size: ReferenceSize) -> Any:
+    name, hidden, mlp, layers, heads, kv, vocab, tied = size
     from pipeline.plan import ModelSpec
 
     return ModelSpec(name=name, model_type="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
@@ -118,7 +120,7 @@ def size_verdicts(here: Any, gpus: list[GpuFound]) -> list[SizeVerdict]:
     rates = cpu_rates("float16", 2048, 8192) if not here.gpus else None
     verdicts = []
     for row in REFERENCE_SIZES:
-        shape = reference_shape(*row)
+        shape = reference_shape(row)
         convert: dict[str, str] = {}
         for quant in ("fp16", "fp8"):
             job = Job(kind="convert", load_dtype="float16", quant=quant, quantized=quant != "fp16",

@@ -178,9 +178,14 @@ def render(spec: RenderSpec) -> RenderResult:
         "model_root": str(root),
     }
     inputs_hash = sha256_json(inputs)
+
+    def result(checks: dict[str, str], reused: bool, summary: dict) -> RenderResult:
+        return RenderResult(repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
+                            engine=engine, tokenizer=tokenizer, checks=checks, notes=features.notes, reused=reused,
+                            duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
+
     if not spec.force and is_up_to_date(out, inputs_hash):
-        return _result(out, runtime, context, engine, tokenizer, {"reused": "same inputs as the existing repository"},
-                       True, started, features.notes, root, bundle.summary(out))
+        return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
         checks = check_repository(tmp)
@@ -191,7 +196,7 @@ def render(spec: RenderSpec) -> RenderResult:
         write_json_atomic(tmp / "manifest.json", build_manifest(
             stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
             packages=("jinja2", "tritonclient"), extra=manifest_extra, files=bundle.bundle_files(tmp, engine)))
-    return _result(out, runtime, context, engine, tokenizer, checks, False, started, features.notes, root, summary)
+    return result(checks, False, summary)
 
 
 class EngineFeatures(BaseModel):
@@ -472,11 +477,3 @@ def _engine_profile(engine: Path) -> dict | None:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
-
-
-def _result(out, runtime, context, engine, tokenizer, checks, reused, started, notes, root, summary) -> RenderResult:
-    return RenderResult(
-        repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
-        engine=engine, tokenizer=tokenizer, checks=checks, notes=notes, reused=reused,
-        duration_s=round(time.time() - started, 3), model_root=root, bundle=summary,
-    )

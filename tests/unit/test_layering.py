@@ -41,8 +41,6 @@ ALLOWED_CYCLES: list[tuple[frozenset[str], str]] = [
     (frozenset({"pipeline.profiles", "pipeline.build.flags", "pipeline.build.memory", "pipeline.build.checkpoint",
                 "pipeline.deployable"}),
      "#15: profiles <-> build.flags / build.memory (the planner work moves what they share)"),
-    (frozenset({"pipeline.k8s", "pipeline.k8s_pytorch"}),
-     "#15: k8s <-> k8s_pytorch (k8s becomes a package, command lines go to pipeline.commands)"),
 ]
 # Known imports against the layering, with the same rule: remove them as they go.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
