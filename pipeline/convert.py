@@ -121,7 +121,7 @@ class ConvertResult(BaseModel):
     format: str = "trtllm"
 
 
-class _Plan(BaseModel):
+class _ConvertDecisions(BaseModel):
     """Everything decided before any work: validated formats, source and identity."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -211,7 +211,7 @@ def convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertResult:
     return _result(plan, manifest, skipped=False, started=started, device=placement.device)
 
 
-def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> _Plan:
+def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> _ConvertDecisions:
     """Validate everything and decide the checkpoint's identity, without loading the model.
 
     A download source is fetched (or found already fetched) here; that is the download stage's own
@@ -275,7 +275,7 @@ def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> _Plan:
     ckpt_id = (hf_export.checkpoint_id(fmt.name, kv.name, inputs_hash) if checkpoint_format == HF_FORMAT
                else checkpoint_id(fmt.name, kv.name, spec.tp, spec.pp, inputs_hash))
     out = stage_dir(model, "checkpoints", ckpt_id, root=spec.root)
-    return _Plan(
+    return _ConvertDecisions(
         format=checkpoint_format, fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config, rope=rope,
         calibration=calibration, awq_block=awq_block, inputs=inputs, inputs_hash=inputs_hash, ckpt_id=ckpt_id, out=out,
     )
@@ -409,7 +409,7 @@ def convert_job(spec: ConvertSpec, fmt: QuantFormat, kv: KvCacheFormat, dtype: s
                batch_size=spec.calib_batch_size, passes=2 if "awq" in fmt.name else 1)
 
 
-def check_resources(plan: _Plan, spec: ConvertSpec) -> Placement:
+def check_resources(plan: _ConvertDecisions, spec: ConvertSpec) -> Placement:
     """Where the model goes (pipeline.placement), refused with exit 2 when it fits nowhere; and room
     on disk for the checkpoint. Runs after the no-op check: an up-to-date checkpoint needs neither."""
     from pipeline.placement import model_shape, place
@@ -457,7 +457,7 @@ def _check_hub_model_fits(spec: ConvertSpec, job: Job) -> None:
 
 
 def _quantize_and_export(
-    plan: _Plan, spec: ConvertSpec, placement: Placement, tmp: Path, captured: io.StringIO, reporter: Reporter
+    plan: _ConvertDecisions, spec: ConvertSpec, placement: Placement, tmp: Path, captured: io.StringIO, reporter: Reporter
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Load (where `placement` says), quantize (with a progress bar over calibration batches) and
     export into tmp; (timings, what the calibration used).
@@ -533,7 +533,7 @@ def _quantize_and_export(
     return timings, used
 
 
-def _finish_config(path: Path, plan: _Plan) -> tuple[dict[str, Any], list[str]]:
+def _finish_config(path: Path, plan: _ConvertDecisions) -> tuple[dict[str, Any], list[str]]:
     """Complete what ModelOpt's export leaves out or gets wrong, then check the result against what
     TensorRT-LLM's model class reads (pipeline/data/trtllm_checkpoint_keys.tsv); (config, changes).
 
@@ -581,7 +581,7 @@ def _drop_empty_layer_config(path: Path) -> None:
         path.unlink()
 
 
-def _result(plan: _Plan, manifest: dict[str, Any], *, skipped: bool, started: float, device: Optional[str] = None) -> ConvertResult:
+def _result(plan: _ConvertDecisions, manifest: dict[str, Any], *, skipped: bool, started: float, device: Optional[str] = None) -> ConvertResult:
     files = manifest.get("files") or {}
     return ConvertResult(
         model=plan.model,

@@ -105,7 +105,7 @@ SERVE_RAM_OVERHEAD_BYTES = 2 << 30  # tritonserver and its Python stubs beside t
 
 def reference_shape(size: ReferenceSize) -> Any:
     name, hidden, mlp, layers, heads, kv, vocab, tied = size
-    from pipeline.plan import ModelSpec
+    from pipeline.planner import ModelSpec
 
     return ModelSpec(name=name, model_type="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
                      num_kv_heads=kv, head_dim=hidden // heads, intermediate_size=mlp, vocab_size=vocab,
@@ -144,7 +144,7 @@ def size_verdicts(here: Any, gpus: list[GpuFound]) -> list[SizeVerdict]:
 def _serve_verdict(shape: Any, here: Any, gpus: list[GpuFound]) -> str:
     """GPUs: the smallest precision (fp16, fp8, int4_awq) and tp (powers of 2 up to the GPU count) the
     planner fits at ISL 1024 / OSL 128; the CPU: the reference runtime's fp32 weights in free RAM."""
-    from pipeline import plan as planner
+    from pipeline import planner
     from pipeline.gpus import get_gpu
     from pipeline.quant import kv_cache_format, quant_format
 
@@ -157,7 +157,7 @@ def _serve_verdict(shape: Any, here: Any, gpus: list[GpuFound]) -> str:
             if not gpu.can_run(fmt):
                 continue
             for tp in tps:
-                if planner.memory_plan(shape, gpu, fmt, kv_cache_format(None), tp, 1024, 128).fits:
+                if planner.memory_plan(planner.Scenario(shape, gpu, fmt, kv_cache_format(None), tp, 1024, 128)).fits:
                     return f"tensorrtllm: {name} tp{tp}"
         return f"no: does not fit {len(keyed)} x {gpu.key} at int4_awq"
     need = shape.param_count * 4 + SERVE_RAM_OVERHEAD_BYTES

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
 from pipeline.errors import GateFailedError, InvalidInputError
+from pipeline.planner import Goal
 from pipeline.evaluate import evaluate
 from pipeline.evaluate_gate import check_gate
 from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec
@@ -29,7 +30,7 @@ class DemoSpec(BaseModel):
 
     source: str = Field("demo", description="download source (default: the bundled SmolLM2-135M-Instruct GGUF)")
     quant: str = "fp16"
-    goal: str = "latency"
+    goal: Goal = "latency"
     ready_timeout_s: float = Field(600.0, gt=0)
     # An orderly stop is the models' unload (~5 s on 2 shared cores). A cancelled ensemble stream stays in
     # flight in Triton 2.51 and holds a stopping server for its whole exit timeout (Triton's default: 30 s).
@@ -44,7 +45,7 @@ class EngineJobSpec(BaseModel):
     gpu: str = "h100"
     quant: str = "fp8"
     kv_cache: str | None = None
-    goal: Literal["latency", "throughput"] = "throughput"
+    goal: Goal = "throughput"
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     evaluate: bool = False

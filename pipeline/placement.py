@@ -35,7 +35,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.plan import ModelSpec, weight_bytes_per_gpu
+from pipeline.planner import ModelSpec, weight_bytes_per_gpu
 from pipeline.quant import WEIGHTS_PACKED_AT_BUILD, QuantFormat, quant_format
 from pipeline.resources import GIB, GpuMemory, Machine
 
@@ -139,11 +139,11 @@ _CONFIG_ALIASES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_h
 
 
 def model_shape(path: str | Path) -> ModelSpec:
-    """The planner's ModelSpec (pipeline.plan) of an HF folder or config.json, GPT-2's names included."""
+    """The planner's ModelSpec (pipeline.planner) of an HF folder or config.json, GPT-2's names included."""
     import json
     import tempfile
 
-    from pipeline.plan import model_spec_from_config
+    from pipeline.planner import model_spec_from_config
 
     config_file = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
     try:

@@ -145,7 +145,7 @@ def _report(runs: list[dict], folders: dict[str, Path], args: argparse.Namespace
     import platform
 
     from pipeline.artifacts import tool_versions
-    from pipeline.plan import model_spec_from_config
+    from pipeline.planner import model_spec_from_config
 
     models = {}
     for name, hf_dir in folders.items():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The planner against TensorRT-LLM's published throughput: a table, JSON and a PNG; `--fit` refits the
-GLOBAL efficiency constants of pipeline/plan.py (bandwidth, 16-bit and 8-bit compute, per-layer step
+GLOBAL efficiency constants of pipeline/planner/rates.py (bandwidth, 16-bit and 8-bit compute, per-layer step
 overhead) on the published rows, and `--cv` checks how well constants fitted on three GPUs predict
 the fourth (a proxy for rows the fit has never seen).
 
@@ -23,7 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import plan as P  # noqa: E402
+from pipeline import planner as P  # noqa: E402
 from pipeline.artifacts import write_json_atomic  # noqa: E402
 from pipeline.output import OUT, simple_table  # noqa: E402
 from pipeline.paths import build_root  # noqa: E402
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tsv", type=Path, default=DEFAULT_TSV, help="published throughput table")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="HF folder or config.json of the model in the table")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: build/reports/plan_vs_published)")
-    parser.add_argument("--fit", action="store_true", help="refit the global constants on these rows (paste them into pipeline/plan.py)")
+    parser.add_argument("--fit", action="store_true", help="refit the global constants on these rows (paste them into pipeline/planner/rates.py)")
     parser.add_argument("--cv", action="store_true", help="leave-one-GPU-out cross-validation of the fit")
     args = parser.parse_args(argv)
 

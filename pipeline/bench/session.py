@@ -22,6 +22,7 @@ from pipeline.bench.workload import (BenchRequest, count_tokens, cycle, dataset_
 from pipeline.errors import InvalidInputError
 from pipeline.openai_client import parse_url
 from pipeline.paths import build_root, model_slug
+from pipeline.planner import Scenario, predict
 
 SCRAPE_EVERY_S = 1.0
 DURATION_POOL = 256  # distinct prompts cycled through when a level is bounded by duration only
@@ -231,26 +232,23 @@ def report_dir(spec: BenchSpec, tokenizer_dir: Path | None, served_model: str) -
 
 
 def predictions(spec: BenchSpec, result: BenchResult) -> list[dict[str, Any]] | None:
-    """The planner's TTFT/TPOT/throughput beside each concurrency level, when --gpu is given."""
+    """The planner's TTFT/TPOT/throughput beside each concurrency level, when --gpu is given: one
+    Scenario made from the served model's config and the bench spec, its ISL/OSL set per level."""
     if not spec.gpu or result.tokenizer_dir is None:
-        return None
-    try:
-        from pipeline import plan
-    except ImportError:
         return None
     tok = Path(result.tokenizer_dir)
     # the HF config beside the tokenizer: an HF folder, or a reference engine's model/ folder
     config = next((c for c in (tok / "config.json", tok.parent / "model" / "config.json")
                    if c.is_file() and "num_hidden_layers" in c.read_text(encoding="utf-8")), None)
-    if config is None or not hasattr(plan, "predict"):
+    if config is None:
         return None
-    model = plan.model_spec_from_config(config)
+    scenario = Scenario(config, spec.gpu, spec.quant or "fp16", None, 1, spec.isl.mean, spec.osl.mean)
     rows = []
     for lv in result.levels:
         if not lv.get("concurrency") or not lv["completed"]:
             continue
-        p = plan.predict(model, spec.gpu, spec.quant or "fp16", None, 1, int(lv["isl"]["mean"] or spec.isl.mean),
-                         int(lv["osl"]["mean"] or spec.osl.mean), lv["concurrency"])
+        at_level = scenario.replace(isl=int(lv["isl"]["mean"] or spec.isl.mean), osl=int(lv["osl"]["mean"] or spec.osl.mean))
+        p = predict(at_level, lv["concurrency"])
         rows.append({"load": lv["load"], "ttft_ms": lv["ttft_ms"]["p50"], "pred_ttft_ms": p.ttft_ms,
                      "tpot_ms": lv["tpot_ms"]["p50"], "pred_tpot_ms": p.tpot_ms,
                      "output_tok_s": lv["output_tok_s"], "pred_output_tok_s": p.output_tokens_per_s})

@@ -20,15 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
-from pipeline.build.memory import Limits, MemoryEstimate, default_limits, estimate, what_would_fit
+from pipeline.build.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
 from pipeline.build.runner import run_logged
 from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
 from pipeline.output import OUT
 from pipeline.paths import stage_dir
-from pipeline.plan import check_tp
-from pipeline.profiles import BuildProfile, Goal, check_engine_compatible
+from pipeline.planner import Goal, check_tp
+from pipeline.profiles import BuildProfile, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
 
@@ -168,22 +168,22 @@ def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointI
     return shape_source.model_copy(update={"model": ckpt.model, "quant": quant, "kv_cache": kv, "tp": 1, "pp": 1}), notes
 
 
-def check_fits(ckpt: CheckpointInfo, gpu: GpuSpec, quant: Any, kv: Any, tp: int, pp: int,
-               limits: Limits) -> tuple[MemoryEstimate, list[str]]:
-    """The memory estimate; refuses (with what would fit) a model that does not fit, notes low memory."""
+def check_fits(name: str, target: EngineTarget, limits: Limits) -> tuple[MemoryEstimate, list[str]]:
+    """The memory estimate of model `name`; refuses (with what would fit) a model that does not fit, notes low memory."""
     notes: list[str] = []
-    memory = estimate(ckpt.shape, gpu, quant, kv, tp, pp, limits)
+    gpu, quant, kv, tp, pp = target.gpu, target.quant, target.kv, target.tp, target.pp
+    memory = estimate(target, limits)
     if not memory.fits:
-        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, tp, pp, limits)
+        ideas = what_would_fit(target, limits)
         raise UnsupportedError(
-            f"{ckpt.model} ({quant.name}, KV {kv.name}, tp {tp}, pp {pp}) does not fit on {gpu.key}: it needs "
+            f"{name} ({quant.name}, KV {kv.name}, tp {tp}, pp {pp}) does not fit on {gpu.key}: it needs "
             f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
             f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
             f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
             hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
         )
     if memory.low_memory:
-        ideas = what_would_fit(ckpt.shape, gpu, quant, kv, tp, pp, limits, roomy=True)
+        ideas = what_would_fit(target, limits, roomy=True)
         notes.append(f"low memory: the KV cache holds only {memory.max_full_sequences} sequence(s) of {limits.max_seq_len} "
                      f"tokens{'; more room with ' + ' or '.join(ideas[:3]) if ideas else ''}")
     return memory, notes
@@ -207,15 +207,15 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
     check_tp(ckpt.shape, ckpt.tp)
     if ckpt.pp > ckpt.shape.num_layers:
         raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
-    limits = default_limits(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal,
-                            max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
+    target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
+    limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
                             max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens)
     if gpu.is_cpu:
         flags: list[Flag] = []
     else:
         flags = trtllm_flags(gpu, quant, kv, tp=ckpt.tp, pp=ckpt.pp, goal=spec.goal, limits=limits,
                              tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
-    memory, fit_notes = check_fits(ckpt, gpu, quant, kv, ckpt.tp, ckpt.pp, limits)
+    memory, fit_notes = check_fits(ckpt.model, target, limits)
     notes.extend(fit_notes)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,

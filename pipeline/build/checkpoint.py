@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.artifacts import MANIFEST_NAME, folder_hash, read_manifest, sha256_json
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.plan import ModelSpec, model_spec_from_config
+from pipeline.planner import ModelSpec, model_spec_from_config
 from pipeline.paths import build_root, model_slug
 from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS, kv_cache_format, quant_format
 

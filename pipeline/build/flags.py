@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.build.memory import Limits
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import GpuSpec
-from pipeline.profiles import Goal
+from pipeline.planner import Goal
 from pipeline.quant import KvCacheFormat, QuantFormat
 
 FP8_ACTIVATION_ALGOS = {"FP8", "W4A8_AWQ", "NVFP4"}

@@ -8,7 +8,7 @@ LLM-API options and lays out build/<model>/engines/<profile-id>/:
     manifest.json          stage "build", backend "pytorch", the profile, the options, the checkpoint
 
 The options come from the same planner as the engine path's trtllm-build flags (default_limits ->
-plan.recommend_build, memory.estimate), per GPU and goal:
+planner.recommend_build, memory.estimate), per GPU and goal:
 
 - max_batch_size, max_num_tokens, max_seq_len: the engine's limits. In the PyTorch backend they mean the
   same (requests scheduled per iteration, tokens per iteration, prompt + output per request) but are
@@ -42,14 +42,14 @@ from pipeline.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_
 from pipeline.build import PlannedProfile, cached, check_fits, model_folder_name
 from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.build.llm_args import check_options, source_commit
-from pipeline.build.memory import Limits, default_limits
+from pipeline.build.memory import EngineTarget, Limits, default_limits
 from pipeline.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR,
                                  OPTIONS_FILE, PYTORCH_BACKEND)
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import GpuSpec, check_precision, get_gpu
 from pipeline.paths import stage_dir
-from pipeline.plan import DEFAULT_KV_FRACTION, check_tp
-from pipeline.profiles import BuildProfile, Goal
+from pipeline.planner import DEFAULT_KV_FRACTION, Goal, check_tp
+from pipeline.profiles import BuildProfile
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.versions import TRTLLM_VERSION
 
@@ -268,10 +268,10 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     source, notes = _model_source(ckpt, gpu, simulated)
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))
     qf, kf = quant_format(quant), kv_cache_format(kv)
-    limits = default_limits(ckpt.shape, gpu, qf, kf, tp, 1, spec.goal, max_input_len=spec.max_input_len,
-                            max_seq_len=spec.max_seq_len, max_batch_size=spec.max_batch_size,
+    target = EngineTarget(ckpt.shape, gpu, qf, kf, tp, 1, spec.goal)
+    limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len, max_batch_size=spec.max_batch_size,
                             max_num_tokens=spec.max_num_tokens)
-    memory, fit_notes = check_fits(ckpt, gpu, qf, kf, tp, 1, limits)
+    memory, fit_notes = check_fits(ckpt.model, target, limits)
     cast_to = {"fp16": "float16", "bf16": "bfloat16"}.get(quant) if str(ckpt.shape.dtype) == "float32" else None
     options, why = llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to)
     profile = BuildProfile(

@@ -7,13 +7,25 @@ from typing import Annotated, Optional
 
 import typer
 
+from pipeline.errors import InvalidInputError
 from pipeline.output import OUT
+from pipeline.planner.scenario import GOALS, Goal
+
+
+def parse_goal(value: str) -> Goal:
+    """--goal: our own message (exit 2) for a value that is not a goal, as every command said before."""
+    if value not in GOALS:
+        raise InvalidInputError(f"Unknown goal {value!r}.", hint="Use --goal latency or --goal throughput.")
+    return value  # type: ignore[return-value]
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (no progress bars).")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU key from `pipeline gpus` (or `cpu` for the reference runtime).")]
 QuantOpt = Annotated[str, typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4.")]
 KvCacheOpt = Annotated[Optional[str], typer.Option("--kv-cache", help="KV-cache precision: fp8 or int8 (default: model dtype).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")]
+GoalOpt = Annotated[Goal, typer.Option("--goal", parser=parse_goal, help="latency (small batch, one optimisation "
+                                       "profile) or throughput (large batch, multiple profiles): what the build optimises.")]
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel size.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Redo the stage even if an identical artifact exists.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: under build/).")]
@@ -38,8 +50,6 @@ def spec_from_options(cls, **values):
     """Build a frozen pydantic spec from command options; the first validation error becomes one
     InvalidInputError naming the option, instead of a pydantic traceback."""
     from pydantic import ValidationError
-
-    from pipeline.errors import InvalidInputError
 
     try:
         return cls(**values)

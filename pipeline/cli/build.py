@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
+from pipeline.cli._options import ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
 from pipeline.output import OUT
 
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
@@ -16,7 +16,6 @@ CheckpointOpt = Annotated[Optional[Path], typer.Option(
     "pytorch the HF checkpoint from `pipeline convert --format hf` (or the model's hf/ folder for 16-bit weights).")]
 ModelNameOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model name under build/ (finds its checkpoint, or its hf/ folder for --gpu cpu).")]
-GoalOpt = Annotated[str, typer.Option("--goal", help="latency (small batch) or throughput (large batch, multiple profiles).")]
 MaybeQuantOpt = Annotated[Optional[str], typer.Option(
     "--quant", help="Precision: read from a TensorRT-LLM checkpoint; needed to plan from an HF folder.")]
 MaybeTpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, help="Tensor-parallel size (a checkpoint fixes it).")]
@@ -70,8 +69,6 @@ def build(
 
         gpu = detect_gpu_key()
         OUT.info(f"--gpu auto: {gpu}")
-    if goal not in ("latency", "throughput"):
-        raise InvalidInputError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
     if backend not in ("tensorrt", "pytorch"):
         raise InvalidInputError(f"Unknown backend {backend!r}.", hint="Use --backend tensorrt or --backend pytorch.")
     if backend == "pytorch" and (tokens_per_block is not None or gemm_plugin is not None):

@@ -6,13 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
+from pipeline.cli._options import GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.jobs import DemoSpec, JobStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.output import OUT, simple_table
 from pipeline.reporting import OutputReporter
 
 SourceArg = Annotated[str, typer.Argument(help="Download source: demo, hf:org/name[@rev], local:PATH, gguf:PATH.")]
-GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput.")]
 EvalOpt = Annotated[bool, typer.Option("--eval", help="Run the accuracy gate and record it in the checkpoint manifest.")]
 MaxDeltaOpt = Annotated[Optional[float], typer.Option("--max-delta", help="Allowed relative perplexity rise for --eval.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Stop at the build plan (no trtllm-build, no render).")]

@@ -7,16 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GpuOpt, JsonOpt, KvCacheOpt, QuantOpt, TpOpt, set_json
+from pipeline.cli._options import GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, QuantOpt, TpOpt, set_json
 from pipeline.errors import UnsupportedError
 from pipeline.output import OUT, simple_table
-from pipeline.plan import PlanResult, PlanSpec, plan
+from pipeline.planner import PlanResult, PlanSpec, plan
 
 ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]
 IslOpt = Annotated[int, typer.Option("--isl", min=1, help="Input sequence length (prompt tokens).")]
 OslOpt = Annotated[int, typer.Option("--osl", min=1, help="Output sequence length (generated tokens).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Concurrent clients for the latency prediction.")]
-GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput: what the recommended build optimises.")]
 KvFractionOpt = Annotated[
     Optional[float],
     typer.Option("--kv-fraction", min=0.01, max=1.0, help="kv_cache_free_gpu_mem_fraction (default: 0.95 throughput, 0.9 latency)."),
@@ -42,8 +41,6 @@ def plan_command(
 ) -> None:
     """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone)."""
     set_json(json_output)
-    if goal not in ("latency", "throughput"):
-        raise UnsupportedError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
     spec = PlanSpec(
         model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction,

@@ -7,14 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import JsonOpt, set_json
+from pipeline.cli._options import GoalOpt, JsonOpt, set_json
 from pipeline.output import OUT, simple_table
 
 ModelSourceOpt = Annotated[str, typer.Option(
     "--model", help="Model name under build/ (its hf/ folder), or a folder / config.json path.")]
 GpuOrAutoOpt = Annotated[Optional[str], typer.Option(
     "--gpu", help="One GPU key, or `auto` for this machine's GPU (default: every GPU in the table).")]
-GoalOpt = Annotated[str, typer.Option("--goal", help="latency or throughput (decides max_batch_size).")]
 BackendFilterOpt = Annotated[Optional[str], typer.Option(
     "--backend", help="tensorrt or pytorch: list one backend's profiles (default: both).")]
 
@@ -29,11 +28,9 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
     x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
     from pipeline.errors import InvalidInputError
     from pipeline.paths import stage_dir
-    from pipeline.profiles import list_profiles
+    from pipeline.build.catalog import list_profiles
 
     set_json(json_output)
-    if goal not in ("latency", "throughput"):
-        raise InvalidInputError(f"Unknown goal {goal!r}.", hint="Use --goal latency or --goal throughput.")
     source = Path(model)
     name = None
     if not source.exists():

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.build.checkpoint import read_checkpoint
 from pipeline.build.flags import builder_restriction, trtllm_build_command, trtllm_flags
-from pipeline.build.memory import default_limits
+from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import get_gpu, gpu_table
 from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS
@@ -67,9 +67,9 @@ def test_every_emitted_flag_exists_with_a_valid_value(gpu_key, quant, kv, goal, 
     gpu, q, k = get_gpu(gpu_key), QUANT_FORMATS[quant], KV_CACHE_FORMATS[kv]
     if not (gpu.can_run(q) and gpu.can_run_kv(k)) or builder_restriction(gpu, q, k):
         with pytest.raises(UnsupportedError):
-            trtllm_flags(gpu, q, k, tp=tp, pp=1, goal=goal, limits=default_limits(shape, gpu, q, k, tp, 1, goal))
+            trtllm_flags(gpu, q, k, tp=tp, pp=1, goal=goal, limits=default_limits(EngineTarget(shape, gpu, q, k, tp, 1, goal)))
         return
-    limits = default_limits(shape, gpu, q, k, tp, 1, goal)
+    limits = default_limits(EngineTarget(shape, gpu, q, k, tp, 1, goal))
     flags = trtllm_flags(gpu, q, k, tp=tp, pp=1, goal=goal, limits=limits)
     _assert_valid(trtllm_build_command(Path("ckpt"), Path("out"), flags), flag_table)
     values = _flag_dict(flags)
@@ -94,7 +94,7 @@ def test_gemm_plugin_choice_per_precision(shape):
 
     def gemm(gpu, quant, goal, kv="auto", **limits):
         q, k = QUANT_FORMATS[quant], KV_CACHE_FORMATS[kv]
-        lim = default_limits(shape, gpu, q, k, 1, 1, goal, **limits)
+        lim = default_limits(EngineTarget(shape, gpu, q, k, 1, 1, goal), **limits)
         return _flag_dict(trtllm_flags(gpu, q, k, tp=1, pp=1, goal=goal, limits=lim))["--gemm_plugin"]
 
     assert gemm(a100, "fp16", "throughput") == "auto"
@@ -111,17 +111,17 @@ def test_refusals_name_gpu_and_alternative(shape):
     with pytest.raises(UnsupportedError, match="a100-80gb.*fp8"):
         q, k = QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["auto"]
         trtllm_flags(get_gpu("a100"), q, k, tp=1, pp=1, goal="latency",
-                     limits=default_limits(shape, get_gpu("a100"), q, k, 1, 1, "latency"))
+                     limits=default_limits(EngineTarget(shape, get_gpu("a100"), q, k, 1, 1, "latency")))
     with pytest.raises(UnsupportedError, match="SM 10.0") as refused:
         q = QUANT_FORMATS["int8_sq"]
         trtllm_flags(get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], tp=1, pp=1, goal="latency",
-                     limits=default_limits(shape, get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], 1, 1, "latency"))
+                     limits=default_limits(EngineTarget(shape, get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], 1, 1, "latency")))
     assert "fp8" in (refused.value.hint or "")
 
 
 def test_user_overrides_win(shape):
     gpu, q, k = get_gpu("l40s"), QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["fp8"]
-    limits = default_limits(shape, gpu, q, k, 1, 1, "throughput", max_input_len=3000, max_seq_len=4096,
+    limits = default_limits(EngineTarget(shape, gpu, q, k, 1, 1, "throughput"), max_input_len=3000, max_seq_len=4096,
                             max_batch_size=48, max_num_tokens=4096)
     values = _flag_dict(trtllm_flags(gpu, q, k, tp=1, pp=1, goal="throughput", limits=limits,
                                      tokens_per_block=128, gemm_plugin="fp8"))

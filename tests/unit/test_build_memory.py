@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.build.checkpoint import read_checkpoint
-from pipeline.build.memory import Limits, default_limits, estimate
+from pipeline.build.memory import EngineTarget, Limits, default_limits, estimate
 from pipeline.gpus import get_gpu
 from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
@@ -32,28 +32,28 @@ def _llama_70b(folder: Path) -> Path:
 
 
 def test_llama_8b_estimate(llama):
-    fp16 = estimate(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 1, 1, LIMITS)
+    fp16 = estimate(EngineTarget(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 1, 1), LIMITS)
     assert 14.8 < fp16.weights_gib < 15.1  # 8.03 B parameters at 2 bytes
     assert fp16.kv_bytes_per_token == 131072  # 2 x 32 layers x 8 kv heads x 128 x 2 bytes
     assert fp16.fits and not fp16.low_memory
     assert fp16.max_full_sequences > 200
-    fp8 = estimate(llama, get_gpu("h100"), QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["fp8"], 1, 1, LIMITS)
+    fp8 = estimate(EngineTarget(llama, get_gpu("h100"), QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["fp8"], 1, 1), LIMITS)
     assert 8.2 < fp8.weights_gib < 8.7 and fp8.kv_bytes_per_token == 65536
-    tp2 = estimate(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 2, 1, LIMITS)
+    tp2 = estimate(EngineTarget(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 2, 1), LIMITS)
     assert tp2.kv_bytes_per_token == 65536 and tp2.weights_gib < fp16.weights_gib * 0.6
-    pp2 = estimate(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 1, 2, LIMITS)
+    pp2 = estimate(EngineTarget(llama, get_gpu("h100"), QUANT_FORMATS["fp16"], KV_CACHE_FORMATS["auto"], 1, 2), LIMITS)
     assert pp2.kv_bytes_per_token == 65536 and pp2.weights_gib < fp16.weights_gib * 0.6
 
 
 def test_defaults_per_goal_and_overrides(llama):
     h100, fp8, kv = get_gpu("h100"), QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["fp8"]
-    latency = default_limits(llama, h100, fp8, kv, 1, 1, "latency")
-    throughput = default_limits(llama, h100, fp8, kv, 1, 1, "throughput")
+    latency = default_limits(EngineTarget(llama, h100, fp8, kv, 1, 1, "latency"))
+    throughput = default_limits(EngineTarget(llama, h100, fp8, kv, 1, 1, "throughput"))
     assert (latency.max_input_len, latency.max_seq_len) == (1024, 2048)
     assert latency.max_batch_size < throughput.max_batch_size
     assert latency.max_num_tokens <= throughput.max_num_tokens
     assert latency.max_num_tokens >= latency.max_input_len  # a prompt in one chunk
-    given = default_limits(llama, h100, fp8, kv, 1, 1, "throughput", max_batch_size=7, max_num_tokens=999,
+    given = default_limits(EngineTarget(llama, h100, fp8, kv, 1, 1, "throughput"), max_batch_size=7, max_num_tokens=999,
                            max_input_len=100, max_seq_len=300)
     assert given == Limits(max_input_len=100, max_seq_len=300, max_batch_size=7, max_num_tokens=999)
 

@@ -37,7 +37,7 @@ def test_from_pretrained_kwargs_on_the_cpu_are_what_they_were() -> None:
     import torch
 
     from pipeline.placement import Job, place
-    from pipeline.plan import model_spec_from_config
+    from pipeline.planner import model_spec_from_config
     from pipeline.quantize import from_pretrained_kwargs
 
     before = {"dtype": torch.float16, "trust_remote_code": False, "low_cpu_mem_usage": True}

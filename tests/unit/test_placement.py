@@ -15,7 +15,7 @@ from pipeline.placement import (
     footprint,
     place,
 )
-from pipeline.plan import model_spec_from_config
+from pipeline.planner import model_spec_from_config
 from pipeline.resources import GIB, GpuMemory, Machine, cgroup_memory_left
 
 FIXTURE_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"

@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.profiles import BuildProfile, check_engine_compatible, list_profiles
+from pipeline.build.catalog import Machine, list_profiles
+from pipeline.profiles import BuildProfile, check_engine_compatible
 
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 
@@ -42,7 +43,6 @@ def test_llama_8b_profiles_per_gpu_and_precision():
 
 
 def test_both_backends_listed_with_why_not_here(tmp_path):
-    from pipeline.profiles import Machine
 
     rows = list_profiles(LLAMA, gpus=["h100", "b200", "cpu"], machine=Machine(gpu="cpu"))
     for gpu in ("h100-sxm", "b200"):

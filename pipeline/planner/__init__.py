@@ -1,0 +1,34 @@
+"""The planner (`pipeline plan`): a capacity and latency model for serving a Hugging Face causal LM
+with TensorRT-LLM, all arithmetic on the model's shapes (its config.json, no weights) and the GPU table.
+
+One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl, osl). The rooms:
+
+- shapes: ModelSpec, model_spec_from_config, check_tp;
+- scenario: Scenario, Goal;
+- memory: weight/KV/activation bytes, MemoryPlan, memory_plan, alternatives (what fits instead);
+- rates: GPU compute/bandwidth and the fitted Efficiency constants;
+- recommend: recommend_build (trtllm-build limits per goal);
+- timing: step_time, prefill_time, predict, max_throughput;
+- published: trtllm_bench_throughput, compare_published (the check against published figures);
+- entry: plan() with PlanSpec / PlanResult.
+"""
+
+from pipeline.planner.entry import PlanResult, PlanSpec, plan
+from pipeline.planner.memory import (DEFAULT_KV_FRACTION, GIB, RUNTIME_RESERVE_GIB, Alternative, MemoryPlan, activation_bytes,
+                                     alternatives, bits_per_weight, kv_bytes_per_token, kv_heads_per_gpu, memory_plan,
+                                     weight_bytes, weight_bytes_per_gpu)
+from pipeline.planner.published import compare_published, median_abs_pct_error, published_scenario, trtllm_bench_throughput
+from pipeline.planner.rates import EFFICIENCY, Efficiency, compute_rate, hbm_bandwidth
+from pipeline.planner.recommend import recommend_build
+from pipeline.planner.scenario import GOALS, Goal, Scenario
+from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
+from pipeline.planner.timing import Prediction, StepLoad, StepTime, ThroughputEstimate, max_throughput, predict, prefill_time, step_time
+
+__all__ = [
+    "DEFAULT_KV_FRACTION", "EFFICIENCY", "GIB", "GOALS", "RUNTIME_RESERVE_GIB", "Alternative", "Efficiency", "Goal",
+    "MemoryPlan", "ModelSpec", "PlanResult", "PlanSpec", "Prediction", "Scenario", "StepLoad", "StepTime",
+    "ThroughputEstimate", "activation_bytes", "alternatives", "bits_per_weight", "check_tp", "compare_published",
+    "compute_rate", "hbm_bandwidth", "kv_bytes_per_token", "kv_heads_per_gpu", "max_throughput", "median_abs_pct_error",
+    "memory_plan", "model_spec_from_config", "plan", "predict", "prefill_time", "published_scenario",
+    "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
+]

@@ -1,0 +1,170 @@
+"""Bytes and memory: weight bytes per precision, GQA-aware KV bytes per token, activation buffers, the
+KV capacity left at a kv_cache_free_gpu_mem_fraction, how many ISL+OSL sequences fit, and what would
+fit instead when none does."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.errors import UnsupportedError
+from pipeline.planner.scenario import Scenario, as_kv, as_quant
+from pipeline.planner.shapes import ModelSpec
+from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+
+GIB = 1024**3
+RUNTIME_RESERVE_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces, decoder buffers
+ACTIVATION_BYTES = 2  # activations stay 16-bit
+LOGITS_BYTES = 4  # fp32 logits for the last token of each sequence
+DEFAULT_KV_FRACTION = 0.90  # TensorRT-LLM's kv_cache_free_gpu_mem_fraction default
+TOKENS_PER_BLOCK = 32  # trtllm-build --tokens_per_block default: KV is reserved in whole blocks
+GROUP_SIZE_AWQ = 128  # INT4-AWQ: one 16-bit scale per 128 weights
+GROUP_SIZE_NVFP4 = 16  # NVFP4: one FP8 scale per 16 weights
+
+
+def bits_per_weight(quant: QuantFormat | str) -> float:
+    """Storage bits per quantized linear-layer weight, group scales included."""
+    fmt = as_quant(quant)
+    if fmt.name == "nvfp4":
+        return fmt.weight_bits + 8 / GROUP_SIZE_NVFP4
+    if fmt.name in {"int4_awq", "w4a8_awq"}:
+        return fmt.weight_bits + 16 / GROUP_SIZE_AWQ
+    return float(fmt.weight_bits)  # per-tensor / per-channel scales are negligible
+
+
+def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
+    """Bytes of the whole model's weights: linear layers at the format's bits (plus group scales),
+    embeddings, lm_head and norms in 16-bit (the quantizers leave those unquantized)."""
+    fmt = as_quant(quant)
+    linear = model.num_layers * model.matmul_params_per_layer * bits_per_weight(fmt) / 8
+    linear += model.num_layers * model.num_experts * model.hidden_size * 4 if fmt.is_quantized else 0  # per-channel scales
+    sixteen_bit = (model.embedding_params + model.lm_head_params + model.norm_params) * 2
+    return int(linear + sixteen_bit)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) -> int:
+    """Layers and lm_head are split across TP ranks; the embedding table is replicated."""
+    fmt = as_quant(quant)
+    total = weight_bytes(model, fmt)
+    replicated = (model.embedding_params + model.norm_params) * 2
+    if model.tie_word_embeddings:  # the tied table doubles as the lm_head, which is split
+        replicated = model.norm_params * 2 + model.embedding_params * 2
+    return int(replicated + (total - replicated) / tp)
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads each TP rank holds: split when there are enough, else replicated (at least one)."""
+    return max(1, math.ceil(model.num_kv_heads / tp))
+
+
+def kv_bytes_per_token(model: ModelSpec, kv: KvCacheFormat | str | None = None, tp: int = 1) -> float:
+    """2 (K and V) x layers x kv_heads x head_dim x bytes per element; per GPU when tp > 1."""
+    fmt = as_kv(kv)
+    heads = model.num_kv_heads if tp == 1 else kv_heads_per_gpu(model, tp)
+    return 2 * model.num_layers * heads * model.head_dim * fmt.bytes_per_element
+
+
+def activation_bytes(model: ModelSpec, tp: int, max_num_tokens: int, max_batch_size: int) -> int:
+    """The engine's activation buffers at its build limits (hidden states, QKV, MLP intermediate, logits)."""
+    per_token = (
+        4 * model.hidden_size
+        + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
+        + 2 * model.intermediate_size * model.experts_per_token / tp
+    ) * ACTIVATION_BYTES
+    return int(max_num_tokens * per_token + max_batch_size * model.vocab_size * LOGITS_BYTES)
+
+class Alternative(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    tp: int
+    quant: str
+    kv_cache: str
+    max_sequences: int
+
+
+class MemoryPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpu_memory_gib: float
+    weights_gib: float  # per GPU
+    reserve_gib: float  # runtime + activations per GPU
+    free_gib: float  # per GPU, after weights and reserve
+    kv_cache_free_gpu_mem_fraction: float
+    kv_cache_gib: float  # per GPU
+    kv_bytes_per_token: float  # per GPU
+    kv_capacity_tokens: int
+    max_sequences: int  # concurrent sequences of ISL+OSL tokens
+    fits: bool
+
+
+def memory_plan(
+    scenario: Scenario,
+    *,
+    max_num_tokens: int = 8192,
+    max_batch_size: int = 256,
+    kv_fraction: float = DEFAULT_KV_FRACTION,
+) -> MemoryPlan:
+    """Per-GPU memory at these build limits: weights, reserve, the KV cache and the sequences it holds."""
+    model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
+    total = (gpu.memory_gib or 0) * GIB
+    weights = weight_bytes_per_gpu(model, quant, tp)
+    reserve = RUNTIME_RESERVE_GIB * GIB + activation_bytes(model, tp, max_num_tokens, max_batch_size)
+    free = max(0.0, total - weights - reserve)
+    kv_cache = free * kv_fraction
+    per_token = kv_bytes_per_token(model, kv, tp)
+    capacity = int(kv_cache // per_token)
+    blocks_per_sequence = math.ceil((scenario.isl + scenario.osl) / TOKENS_PER_BLOCK)
+    max_sequences = int((capacity // TOKENS_PER_BLOCK) // blocks_per_sequence)
+    return MemoryPlan(
+        gpu_memory_gib=round(total / GIB, 2),
+        weights_gib=round(weights / GIB, 3),
+        reserve_gib=round(reserve / GIB, 3),
+        free_gib=round(free / GIB, 3),
+        kv_cache_free_gpu_mem_fraction=kv_fraction,
+        kv_cache_gib=round(kv_cache / GIB, 3),
+        kv_bytes_per_token=per_token,
+        kv_capacity_tokens=capacity,
+        max_sequences=max_sequences,
+        fits=max_sequences >= 1,
+    )
+
+
+def alternatives(scenario: Scenario) -> list[Alternative]:
+    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision, then
+    smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
+    model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
+    found: list[Alternative] = []
+    for size in (1, 2, 4, 8, 16):
+        if size <= tp or model.num_heads % size or (model.num_kv_heads % size and size % model.num_kv_heads):
+            continue
+        mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)
+        if mem.fits:
+            found.append(Alternative(tp=size, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences))
+            break
+    current_bits = bits_per_weight(quant)
+    for name in ("fp8", "int8_wo", "int4_awq", "nvfp4"):
+        other = quant_format(name)
+        if not gpu.can_run(other) or bits_per_weight(other) >= current_bits:
+            continue
+        other_kv = kv_cache_format("fp8") if gpu.can_run_kv(kv_cache_format("fp8")) else kv
+        mem = memory_plan(scenario.replace(quant=other, kv=other_kv), max_num_tokens=2048, max_batch_size=8)
+        if mem.fits:
+            found.append(Alternative(tp=tp, quant=other.name, kv_cache=other_kv.name, max_sequences=mem.max_sequences))
+    return found
+
+
+def what_fits_hint(scenario: Scenario) -> str:
+    options = alternatives(scenario)
+    if not options:
+        return (f"Shorten ISL+OSL ({scenario.isl + scenario.osl}) or choose a GPU with more memory than "
+                f"{scenario.gpu.key}.")
+    return "What fits: " + "; ".join(f"--tp {a.tp} --quant {a.quant} --kv-cache {a.kv_cache} ({a.max_sequences} sequences)" for a in options)
+
+
+def refuse_no_fit(scenario: Scenario) -> None:
+    s = scenario
+    raise UnsupportedError(
+        f"{s.model.name} at {s.quant.name} on {s.tp}x {s.gpu.key} leaves no room for one {s.isl + s.osl}-token sequence.",
+        hint=what_fits_hint(scenario),
+    )

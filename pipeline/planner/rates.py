@@ -1,0 +1,85 @@
+"""GPU rates: the compute and bandwidth a GPU reaches, and the model's only fitted numbers.
+
+The efficiency constants (fraction of datasheet bandwidth and compute reached, per-layer step
+overhead) are GLOBAL: fitted once against TensorRT-LLM's published Llama-3.1-8B throughput table by
+scripts/plan_vs_published.py, never per GPU or per row. The interconnect figures are assumptions
+written down below, not fitted (the published rows we fit on are all TP 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.errors import UnsupportedError
+from pipeline.gpus import GpuSpec, gpu_table
+from pipeline.quant import QuantFormat
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The model's only fitted numbers: global, the same for every GPU, precision, model and row."""
+
+    bandwidth: float  # fraction of datasheet HBM bandwidth reached by weight and KV reads
+    compute_16bit: float  # fraction of the dense BF16/FP16 rate reached (GEMMs, attention, lm_head)
+    compute_8bit: float  # fraction of the dense FP8/INT8 (and FP4) rate reached by quantized GEMMs
+    step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "bandwidth_efficiency": self.bandwidth,
+            "compute_efficiency_16bit": self.compute_16bit,
+            "compute_efficiency_8bit": self.compute_8bit,
+            "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
+        }
+
+
+# Fitted by scripts/plan_vs_published.py on TensorRT-LLM's published Llama-3.1-8B rows (TP 1).
+# Leave-one-GPU-out, the constants move by at most 0.02 (overhead: 0-17 us) and the held-out GPU's
+# median error stays under 8% (scripts/plan_vs_published.py --cv).
+EFFICIENCY = Efficiency(bandwidth=0.72, compute_16bit=0.71, compute_8bit=0.53, step_overhead_per_layer_s=15.8e-6)
+
+# Per-GPU all-reduce bandwidth (bytes/s, one direction) and latency by interconnect generation.
+NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
+PCIE_BANDWIDTH = 25e9  # PCIe Gen4 x16, effective
+ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6}
+ALLREDUCE_EFFICIENCY = 0.7
+
+
+def compute_rate(gpu: GpuSpec, quant: QuantFormat) -> float:
+    """Dense tensor-core FLOP/s at which this precision's GEMMs run on this GPU."""
+    bf16 = (gpu.dense_bf16_tflops or 0) * 1e12
+    if quant.name == "nvfp4":
+        rate = 2 * (gpu.dense_fp8_tflops or 0) * 1e12  # FP4 tensor cores: twice the FP8 rate
+    elif quant.activation_bits == 8 and quant.quant_algo and "SQ" in quant.quant_algo:
+        rate = (gpu.dense_int8_tops or 0) * 1e12
+    elif quant.activation_bits == 8:
+        rate = (gpu.dense_fp8_tflops or 0) * 1e12
+    else:  # 16-bit activations (fp16/bf16 and weight-only formats: weights are dequantized on the fly)
+        rate = bf16
+    return rate or bf16
+
+
+def attention_rate(gpu: GpuSpec) -> float:
+    """Attention math (softmax(QK^T)V) runs in 16-bit."""
+    return (gpu.dense_bf16_tflops or 0) * 1e12
+
+
+def hbm_bandwidth(gpu: GpuSpec) -> float:
+    return (gpu.hbm_bandwidth_tbps or 0) * 1e12
+
+
+def link_bandwidth(gpu: GpuSpec) -> tuple[float, float]:
+    """(bytes/s, latency s) of one all-reduce hop: NVLink by generation, else PCIe."""
+    if gpu.nvlink:
+        return NVLINK_BANDWIDTH.get(gpu.architecture, 300e9), ALLREDUCE_LATENCY_S["nvlink"]
+    return PCIE_BANDWIDTH, ALLREDUCE_LATENCY_S["pcie"]
+
+
+def require_figures(gpu: GpuSpec) -> None:
+    if gpu.is_cpu or not gpu.memory_gib or not gpu.hbm_bandwidth_tbps or not gpu.dense_bf16_tflops:
+        usable = [k for k, g in gpu_table().items() if g.memory_gib and g.hbm_bandwidth_tbps and g.dense_bf16_tflops]
+        raise UnsupportedError(
+            f"The planner has no memory/bandwidth/FLOP figures for {gpu.key!r}.",
+            hint=f"Plan for one of: {', '.join(usable)}.",
+        )
+

@@ -1,0 +1,79 @@
+"""The one value the planner works on: a model on a GPU at a precision, a TP size and a workload.
+
+A `Scenario` is made once (names resolved to the GPU table's and the precision tables' entries, a
+model folder read into its shapes) and passed whole; `check()` adds every refusal that needs no
+arithmetic. `Goal` is what a build optimises (the planner's recommendation, the build profile, the CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pipeline.errors import InvalidInputError
+from pipeline.gpus import GpuSpec, check_precision, get_gpu
+from pipeline.planner.rates import require_figures
+from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
+from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+
+Goal = Literal["latency", "throughput"]
+GOALS: tuple[str, ...] = ("latency", "throughput")
+
+
+def as_quant(quant: QuantFormat | str) -> QuantFormat:
+    return quant if isinstance(quant, QuantFormat) else quant_format(quant)
+
+
+def as_kv(kv: KvCacheFormat | str | None) -> KvCacheFormat:
+    return kv if isinstance(kv, KvCacheFormat) else kv_cache_format(kv)
+
+
+def as_gpu(gpu: GpuSpec | str) -> GpuSpec:
+    return gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+
+
+def as_model(model: ModelSpec | str | Path) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else model_spec_from_config(model)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """model x gpu x quant x kv cache x tp, serving prompts of `isl` tokens and `osl` generated tokens.
+
+    Names are resolved when it is made: `model` may be a ModelSpec or an HF folder / config.json,
+    `gpu` a GPU-table key or alias, `quant` and `kv` precision names (kv None: the 16-bit default).
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    quant: QuantFormat
+    kv: KvCacheFormat
+    tp: int = 1
+    isl: int = 1024
+    osl: int = 128
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_model(self.model))
+        object.__setattr__(self, "gpu", as_gpu(self.gpu))
+        object.__setattr__(self, "quant", as_quant(self.quant))
+        object.__setattr__(self, "kv", as_kv(self.kv))
+
+    def replace(self, **changes: Any) -> Scenario:
+        return dataclasses.replace(self, **changes)
+
+    def check(self) -> Scenario:
+        """Every refusal that needs no arithmetic: GPU figures, precision support, TP split, lengths."""
+        require_figures(self.gpu)
+        check_precision(self.gpu, self.quant, self.kv)
+        check_tp(self.model, self.tp)
+        if self.isl < 1 or self.osl < 1:
+            raise InvalidInputError("ISL and OSL must be at least 1 token.", hint="e.g. --isl 1024 --osl 128")
+        window = self.model.max_position_embeddings
+        if window and self.isl + self.osl > window:
+            raise InvalidInputError(
+                f"ISL+OSL = {self.isl + self.osl} exceeds {self.model.name}'s context window ({window} tokens).",
+                hint=f"Keep --isl + --osl <= {window}.",
+            )
+        return self

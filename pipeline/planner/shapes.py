@@ -1,0 +1,166 @@
+"""Model shapes: the sizes that decide memory and FLOPs, read from a Hugging Face config.json (no weights)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.errors import InvalidInputError, UnsupportedError
+
+
+class ModelSpec(BaseModel):
+    """The shapes that decide memory and FLOPs, read from an HF config.json."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int | None = None
+    dtype: str | None = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    num_experts: int = 1  # MoE: experts per layer (1 = dense)
+    experts_per_token: int = 1
+
+    # parameter counts --------------------------------------------------------------------------------
+    @property
+    def attention_params_per_layer(self) -> int:
+        q = self.hidden_size * self.num_heads * self.head_dim
+        kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        o = self.num_heads * self.head_dim * self.hidden_size
+        bias = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
+        return q + kv + o + bias
+
+    @property
+    def mlp_params_per_expert(self) -> int:
+        bias = (2 * self.intermediate_size + self.hidden_size) if self.mlp_bias else 0
+        return 3 * self.hidden_size * self.intermediate_size + bias
+
+    @property
+    def router_params_per_layer(self) -> int:
+        return self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+
+    @property
+    def matmul_params_per_layer(self) -> int:
+        """Weights of every linear layer in one decoder layer (all experts)."""
+        return self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert + self.router_params_per_layer
+
+    @property
+    def active_matmul_params_per_layer(self) -> int:
+        """Weights one token multiplies through in one layer (top-k experts for MoE)."""
+        return (
+            self.attention_params_per_layer
+            + self.experts_per_token * self.mlp_params_per_expert
+            + self.router_params_per_layer
+        )
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """Separate lm_head weights (0 when tied to the embeddings)."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def param_count(self) -> int:
+        return (
+            self.num_layers * self.matmul_params_per_layer
+            + self.norm_params
+            + self.embedding_params
+            + self.lm_head_params
+        )
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Multiply-accumulate weights per token through the layers (the lm_head is counted apart)."""
+        return self.num_layers * self.active_matmul_params_per_layer
+
+    @property
+    def head_flops_per_token(self) -> int:
+        return 2 * self.vocab_size * self.hidden_size
+
+
+def _config_path(path: str | Path) -> Path:
+    candidate = Path(path).expanduser()
+    if candidate.is_dir():
+        candidate = candidate / "config.json"
+    if not candidate.is_file():
+        raise InvalidInputError(
+            f"No Hugging Face config.json at {path}.",
+            hint="Pass a model folder that holds config.json (e.g. build/<model>/hf) or the config.json file itself.",
+        )
+    return candidate
+
+
+def model_spec_from_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from an HF folder or config.json (GQA-aware; head_dim from config or hidden/heads)."""
+    config_file = _config_path(path)
+    try:
+        raw: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InvalidInputError(f"Cannot read {config_file}: {error}", hint="Pass a valid HF config.json.") from None
+    if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
+        raw = {**raw, **raw["text_config"]}
+    required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    missing = [key for key in required if not raw.get(key)]
+    if missing:
+        raise UnsupportedError(
+            f"{config_file} lacks {', '.join(missing)}: it is not a decoder-only causal LM config the planner understands.",
+            hint="The planner reads Llama-style configs (hidden_size, num_hidden_layers, num_attention_heads, vocab_size).",
+        )
+    hidden = int(raw["hidden_size"])
+    heads = int(raw["num_attention_heads"])
+    head_dim = raw.get("head_dim") or hidden // heads
+    intermediate = raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
+    experts = int(raw.get("num_local_experts") or raw.get("num_experts") or 1)
+    name = config_file.parent.name if config_file.name == "config.json" else config_file.stem
+    return ModelSpec(
+        name=name,
+        model_type=str(raw.get("model_type", "unknown")),
+        hidden_size=hidden,
+        num_layers=int(raw["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(head_dim),
+        intermediate_size=int(intermediate),
+        vocab_size=int(raw["vocab_size"]),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        max_position_embeddings=raw.get("max_position_embeddings"),
+        dtype=raw.get("torch_dtype") or raw.get("dtype"),
+        attention_bias=bool(raw.get("attention_bias", raw.get("model_type") in {"qwen2"})),
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        num_experts=experts,
+        experts_per_token=int(raw.get("num_experts_per_tok") or 1) if experts > 1 else 1,
+    )
+
+
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """Refuse a TP size that does not split the attention heads (and KV heads) evenly."""
+    if tp < 1 or model.num_heads % tp:
+        options = [n for n in (1, 2, 4, 8, 16) if model.num_heads % n == 0]
+        raise InvalidInputError(
+            f"--tp {tp} does not divide the model's {model.num_heads} attention heads.",
+            hint=f"Use --tp {' or '.join(map(str, options))}.",
+        )
+    if model.num_kv_heads % tp and tp % model.num_kv_heads:
+        raise InvalidInputError(
+            f"--tp {tp} neither divides nor is a multiple of the model's {model.num_kv_heads} KV heads.",
+            hint="Pick a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated).",
+        )

@@ -1,0 +1,212 @@
+"""The time model: one in-flight-batching iteration is a handful of phases run one after the other.
+
+The GEMMs read every weight once and do 2 FLOPs per parameter per token, so they take the longer of
+the two (bandwidth-bound at small batch, compute-bound at large batch); decode attention reads each
+sequence's KV cache (bandwidth-bound); context attention is compute-bound (causal, ~ISL^2); tensor
+parallelism adds two all-reduces per layer; every iteration pays a fixed launch cost per layer.
+TTFT, TPOT and throughput all come from this one step-time model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.errors import InvalidInputError
+from pipeline.planner.memory import ACTIVATION_BYTES, MemoryPlan, kv_bytes_per_token, memory_plan, refuse_no_fit, weight_bytes_per_gpu
+from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
+                                    link_bandwidth)
+from pipeline.planner.recommend import recommend
+from pipeline.planner.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One in-flight-batching iteration: `decode` sequences each emit a token while `prefill_tokens`
+    prompt tokens are processed; seconds per phase."""
+
+    decode: float
+    prefill_tokens: float
+    gemm_s: float
+    decode_attention_s: float
+    context_attention_s: float
+    allreduce_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.decode_attention_s + self.context_attention_s + self.allreduce_s + self.overhead_s
+
+
+@dataclass(frozen=True)
+class StepLoad:
+    """What one iteration carries. decode: sequences in generation; decode_context: their mean KV
+    length; prefill_tokens: prompt tokens in this iteration; prefill_context: the mean causal span they
+    attend over (ISL/2 for a whole prompt); logits_tokens: tokens that need the lm_head (default: decode)."""
+
+    decode: float
+    decode_context: float
+    prefill_tokens: float
+    prefill_context: float
+    logits_tokens: float | None = None
+
+
+def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
+    """Seconds for one iteration of `load` (the scenario's isl/osl are not used: the load says it all)."""
+    model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
+    decode, prefill_tokens = load.decode, load.prefill_tokens
+    tokens = decode + prefill_tokens
+    logits = decode if load.logits_tokens is None else load.logits_tokens
+    bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
+    rate = compute_rate(gpu, quant) * (eff.compute_16bit if quant.activation_bits >= 16 else eff.compute_8bit)
+    attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
+    # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
+    gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
+    gemm_s = max(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s) if tokens else 0.0
+    # Decode attention: every sequence reads its whole KV cache.
+    kv_read = decode * load.decode_context * kv_bytes_per_token(model, kv, tp)
+    decode_attention_s = kv_read / bandwidth
+    # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
+    heads = model.num_heads / tp
+    context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * load.prefill_context
+    context_attention_s = context_flops / attn_rate if attn_rate else 0.0
+    # TP: two all-reduces of the hidden states per layer (ring: 2(tp-1)/tp of the bytes per GPU).
+    allreduce_s = 0.0
+    if tp > 1 and tokens:
+        link, latency = link_bandwidth(gpu)
+        message = tokens * model.hidden_size * ACTIVATION_BYTES
+        per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
+        allreduce_s = 2 * model.num_layers * per_call
+    overhead_s = eff.step_overhead_per_layer_s * model.num_layers
+    return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
+
+
+def steady_load(scenario: Scenario, batch: float) -> StepLoad:
+    """An iteration in steady state: `batch` sequences decoding, and the prefill of the requests that
+    replace the ones finishing (batch/osl requests per step, isl tokens each)."""
+    isl, osl = scenario.isl, scenario.osl
+    return StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=batch * isl / osl,
+                    prefill_context=isl / 2, logits_tokens=batch)
+
+
+def prefill_time(scenario: Scenario, max_num_tokens: int, eff: Efficiency = EFFICIENCY) -> float:
+    """Seconds to prefill one ISL-token prompt alone, in chunks of max_num_tokens."""
+    isl = scenario.isl
+    chunk = max(1, min(isl, max_num_tokens))
+    total, done = 0.0, 0
+    while done < isl:
+        size = min(chunk, isl - done)
+        load = StepLoad(decode=0, decode_context=0, prefill_tokens=size, prefill_context=done + size / 2, logits_tokens=1)
+        total += step_time(scenario, load, eff).total_s
+        done += size
+    return total
+
+
+class Prediction(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: int
+    batch: int  # sequences actually in flight (concurrency capped by KV capacity and build limits)
+    ttft_ms: float
+    tpot_ms: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_user: float
+    request_latency_s: float
+
+
+def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl: int) -> int:
+    """Sequences the runtime keeps in flight: KV capacity (no-evict scheduling reserves ISL+OSL),
+    max_batch_size, and the max_num_tokens budget for decode tokens plus their prefill share."""
+    token_budget = build["max_num_tokens"] / (1 + isl / osl)
+    return max(1, int(min(memory.max_sequences, build["max_batch_size"], max(1, token_budget))))
+
+
+def _fitting_memory(scenario: Scenario, build: dict[str, Any]) -> MemoryPlan:
+    memory = memory_plan(
+        scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
+        kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
+    )
+    if not memory.fits:
+        refuse_no_fit(scenario)
+    return memory
+
+
+def predict(
+    scenario: Scenario, concurrency: int, *, build: dict[str, Any] | None = None, efficiency: Efficiency | None = None,
+) -> Prediction:
+    """TTFT, TPOT and output tokens/s for a closed loop of `concurrency` clients (each sends its next
+    request when the last one finishes), on an engine built with `build` (default: recommend_build
+    for throughput)."""
+    scenario.check()
+    isl, osl = scenario.isl, scenario.osl
+    eff = efficiency or EFFICIENCY
+    if concurrency < 1:
+        raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
+    build = build or recommend(scenario, "throughput")
+    memory = _fitting_memory(scenario, build)
+    batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
+    ttft = prefill_time(scenario, build["max_num_tokens"], eff)
+    # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step.
+    load = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=(batch - 1) * isl / osl,
+                    prefill_context=isl / 2, logits_tokens=batch)
+    step = step_time(scenario, load, eff).total_s
+    if batch > 1:
+        ttft += step / 2  # a new request waits on average half an iteration to join the batch
+    latency = ttft + (osl - 1) * step
+    throughput = batch * osl / latency
+    if concurrency > batch:  # the rest queue (Little's law): each waits for concurrency - batch requests to finish
+        ttft += (concurrency - batch) / (throughput / osl)
+        latency = ttft + (osl - 1) * step
+    return Prediction(
+        concurrency=concurrency,
+        batch=int(batch),
+        ttft_ms=round(ttft * 1e3, 3),
+        tpot_ms=round(step * 1e3, 3),
+        output_tokens_per_s=round(throughput, 2),
+        output_tokens_per_s_per_user=round(osl / latency, 3),
+        request_latency_s=round(latency, 4),
+    )
+
+
+class ThroughputEstimate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    batch: int
+    step_ms: float
+    output_tokens_per_s: float
+    bound: str  # what dominates an iteration
+    phases_ms: dict[str, float]
+
+
+def max_throughput(
+    scenario: Scenario, *, build: dict[str, Any] | None = None, efficiency: Efficiency | None = None,
+) -> ThroughputEstimate:
+    """Output tokens/s of an offline max-load run (trtllm-bench throughput): the batch the KV cache
+    and build limits allow, each iteration carrying its share of prefill."""
+    scenario.check()
+    model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
+    eff = efficiency or EFFICIENCY
+    build = build or recommend(scenario, "throughput")
+    memory = _fitting_memory(scenario, build)
+    batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
+    step = step_time(scenario, steady_load(scenario, batch), eff)
+    phases = {
+        "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
+        "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
+    }
+    gemm_bound = "weight reads" if weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * eff.bandwidth) >= step.gemm_s else "GEMM compute"
+    dominant = max(phases, key=phases.get)
+    bound = gemm_bound if dominant == "gemm" else {
+        "decode_attention": "KV reads", "context_attention": "context attention",
+        "allreduce": "TP all-reduce", "overhead": "step overhead",
+    }[dominant]
+    return ThroughputEstimate(
+        batch=batch,
+        step_ms=round(step.total_s * 1e3, 3),
+        output_tokens_per_s=round(batch / step.total_s, 2),
+        bound=bound,
+        phases_ms={k: round(v * 1e3, 3) for k, v in phases.items()},
+    )
+

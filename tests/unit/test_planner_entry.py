@@ -1,0 +1,75 @@
+"""`pipeline plan` (pipeline.planner.entry): the whole plan, what fits instead, the CLI refusals and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import planner as P
+from pipeline.cli import run
+from pipeline.errors import UnsupportedError
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+
+
+def _config(tmp_path: Path, **shapes) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(shapes), encoding="utf-8")
+    return path
+
+
+def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: Path, capsys) -> None:
+    shapes = json.loads((FIXTURE / "config.json").read_text())
+    shapes.update(hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, intermediate_size=28672)
+    config = _config(tmp_path, **shapes)
+    result = P.plan(P.PlanSpec(model=config, gpu="h100", quant="fp16", isl=1024, osl=1024))
+    assert not result.fits and result.prediction is None
+    options = {(a.tp, a.quant) for a in result.alternatives}
+    assert (2, "fp16") in options and (1, "fp8") in options
+    code = run(["plan", "--model", str(config), "--gpu", "h100", "--quant", "fp16", "--isl", "1024", "--osl", "1024"])
+    assert code == 2
+    assert "--tp 2 --quant fp16" in capsys.readouterr().err
+    assert P.plan(P.PlanSpec(model=config, gpu="h100", quant="fp16", tp=2, isl=1024, osl=1024)).fits
+    with pytest.raises(UnsupportedError, match="no room") as refused:  # what the build stage gets
+        P.recommend_build(P.Scenario(config, "h100", "fp16", None, 1, 1024, 1024), "throughput")
+    assert "--tp 2 --quant fp16" in refused.value.hint
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "v100"], "Unknown GPU"),
+        (["--gpu", "a100", "--quant", "fp8"], "cannot run fp8"),
+        (["--gpu", "a100", "--kv-cache", "fp8"], "cannot run a fp8 KV cache"),
+        (["--gpu", "h100", "--tp", "3"], "does not divide"),
+        (["--gpu", "cpu"], "no memory/bandwidth/FLOP figures"),
+        (["--gpu", "h100", "--goal", "fastest"], "Unknown goal"),
+        (["--gpu", "h100", "--isl", "130000", "--osl", "2000"], "context window"),
+    ],
+)
+def test_cli_refusals_exit_2(args: list[str], message: str, capsys) -> None:
+    assert run(["plan", "--model", str(FIXTURE), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_json(capsys) -> None:
+    code = run(["plan", "--model", str(FIXTURE), "--gpu", "h200", "--quant", "fp8", "--kv-cache", "fp8",
+                "--isl", "2048", "--osl", "256", "--concurrency", "8", "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] is True and data["gpu"] == "h200" and data["kv_cache"] == "fp8"
+    assert data["prediction"]["batch"] == 8 and data["prediction"]["ttft_ms"] > 0
+    assert data["max_throughput"]["output_tokens_per_s"] > data["prediction"]["output_tokens_per_s"]
+    assert data["memory"]["kv_bytes_per_token"] == 65536
+    assert set(data["constants"]) == set(P.EFFICIENCY.as_dict())
+
+
+@pytest.mark.slow
+def test_plan_for_the_demo_model(demo_hf_dir: Path, capsys) -> None:
+    assert run(["plan", "--model", str(demo_hf_dir), "--gpu", "l4", "--quant", "fp16", "--isl", "512",
+                "--osl", "128", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["tied_embeddings"] is True
+    assert data["model"]["params_b"] == pytest.approx(0.1345, abs=0.001)

@@ -1,0 +1,58 @@
+"""pipeline.planner.timing: predicted TTFT/TPOT/throughput from the step-time model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import planner as P
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> P.ModelSpec:
+    return P.model_spec_from_config(FIXTURE)
+
+
+def test_predict_takes_a_config_path_and_returns_the_bench_fields() -> None:
+    prediction = P.predict(P.Scenario(str(FIXTURE), "h100", "fp8", "fp8", 1, 512, 128), 4)
+    assert prediction.ttft_ms > 0 and prediction.tpot_ms > 0 and prediction.output_tokens_per_s > 0
+    assert prediction.batch == 4
+
+
+def test_prefill_and_decode_behave_differently(llama8b: P.ModelSpec) -> None:
+    short = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 256, 256), 1)
+    long_prompt = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 8192, 256), 1)
+    assert long_prompt.ttft_ms > 10 * short.ttft_ms  # compute-bound prefill grows with ISL
+    assert long_prompt.tpot_ms > short.tpot_ms  # decode reads a longer KV cache
+    batch1 = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 256), 1)
+    # batch 1 decode is a weight read: ~8.5 GiB over HBM bandwidth x efficiency
+    weight_read_ms = P.weight_bytes(llama8b, "fp8") / (3.35e12 * P.EFFICIENCY.bandwidth) * 1e3
+    assert weight_read_ms < batch1.tpot_ms < weight_read_ms * 1.3
+    batch32 = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 256), 32)
+    assert batch32.output_tokens_per_s > 10 * batch1.output_tokens_per_s  # batching amortises the weight read
+    assert batch32.tpot_ms > batch1.tpot_ms
+    hbm = P.predict(P.Scenario(llama8b, "h200", "fp8", "fp8", 1, 1024, 256), 1)
+    assert hbm.tpot_ms < batch1.tpot_ms  # more bandwidth, faster decode
+
+
+def test_tensor_parallel_speeds_up_prefill_and_decode(llama8b: P.ModelSpec) -> None:
+    tp1 = P.predict(P.Scenario(llama8b, "h100", "bf16", None, 1, 4096, 256), 1)
+    tp2 = P.predict(P.Scenario(llama8b, "h100", "bf16", None, 2, 4096, 256), 1)
+    assert tp2.ttft_ms < tp1.ttft_ms and tp2.tpot_ms < tp1.tpot_ms
+    assert tp2.tpot_ms > tp1.tpot_ms / 2  # all-reduces and replicated work: not a perfect halving
+    pcie = P.predict(P.Scenario(llama8b, "l40s", "fp8", "fp8", 2, 4096, 256), 1)
+    step = P.step_time(P.Scenario(llama8b, "l40s", "fp8", "fp8", 2, 4096, 256),
+                       P.StepLoad(decode=1, decode_context=4096, prefill_tokens=0, prefill_context=0))
+    assert step.allreduce_s > 0 and pcie.tpot_ms > 0
+
+
+def test_queueing_beyond_capacity(llama8b: P.ModelSpec) -> None:
+    build = P.recommend_build(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), "latency")
+    at_cap = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), build["max_batch_size"], build=build)
+    over = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), 4 * build["max_batch_size"], build=build)
+    assert over.batch == at_cap.batch == build["max_batch_size"]
+    assert over.output_tokens_per_s == pytest.approx(at_cap.output_tokens_per_s, rel=1e-6)
+    assert over.ttft_ms > 10 * at_cap.ttft_ms  # the extra clients wait in the queue
