@@ -279,7 +279,7 @@ class _ReferenceEngine:
             LOG.info("reference runtime honours %s", line)
         for line in ignored:
             LOG.warning("reference runtime ignores %s", line)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
         simulated = triton_config.get("simulated") or {}
         if simulated:
             LOG.info("reference runtime simulates %s (KV %s) with ModelOpt fake quantization over %s",
