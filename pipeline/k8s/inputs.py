@@ -13,9 +13,10 @@ from pipeline.artifacts import MANIFEST_NAME, read_manifest
 from pipeline.bundle import recorded_root
 from pipeline.errors import InvalidInputError
 from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec
+from pipeline.model_repo import parse_model_config
 from pipeline.paths import build_root, safe_name, stage_dir
 from pipeline.profiles import BuildProfile
-from pipeline.render import RenderSpec, parse_model_config, render
+from pipeline.render import RenderSpec, render
 
 
 def profile_from_engine(engine_dir: Path) -> BuildProfile:
