@@ -82,13 +82,6 @@ class Deployable:
         return str((self.manifest.get("gpu") or {}).get("key") or "")
 
     @property
-    def profile(self) -> Any:
-        """The BuildProfile (backend "pytorch") recorded at build time."""
-        from pipeline.profiles import BuildProfile
-
-        return BuildProfile(**self.manifest["profile"])
-
-    @property
     def simulated(self) -> tuple[str, str] | None:
         sim = self.manifest.get("simulated")
         return (str(sim["quant"]), str(sim["kv_cache"])) if isinstance(sim, dict) else None

@@ -26,7 +26,8 @@ from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
 from pipeline.output import OUT
-from pipeline.paths import stage_dir
+from pipeline.download_sources import parse_source
+from pipeline.paths import build_root, stage_dir
 from pipeline.planner import Goal, check_tp
 from pipeline.profiles import BuildProfile, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
@@ -130,15 +131,11 @@ def _refuse_converted_hf(path: Path, gpu: GpuSpec) -> None:
 def model_folder_name(model: str) -> str:
     """build/<model>: the name itself when that folder exists, else the folder `pipeline download`
     gives the source (so `--model demo` or `--model hf:org/name` find what download/convert wrote)."""
-    from pipeline.paths import build_root
-
     if (build_root() / model).is_dir():
         return model
     try:
-        from pipeline.download import parse_source
-
         return parse_source(model).model
-    except (ImportError, InvalidInputError):
+    except InvalidInputError:
         return model
 
 

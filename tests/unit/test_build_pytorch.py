@@ -106,7 +106,7 @@ def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoi
     result = build_pytorch(spec(gpu="cpu", checkpoint=ckpt))
     deployable = read_deployable(result.deploy_dir)
     assert deployable.is_cpu and deployable.runtime == "reference" and deployable.simulated == ("fp8", "fp8")
-    assert deployable.profile.name == "ref-cpu-fp8-kvfp8-tp1-throughput-torch"
+    assert BuildProfile(**deployable.manifest["profile"]).name == "ref-cpu-fp8-kvfp8-tp1-throughput-torch"
     assert (deployable.model_dir / "model.safetensors").stat().st_ino == (source / "model.safetensors").stat().st_ino
     assert not (deployable.model_dir / "hf_quant_config.json").exists()  # the 16-bit source, loadable by transformers
     assert deployable.options["cuda_graph_config"] is None and deployable.options["tensor_parallel_size"] == 1
