@@ -251,7 +251,7 @@ def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> _ConvertDeci
 
         awq_block = choose_awq_block(_linear_in_features(hf_config), spec.tp)
 
-    from pipeline.build.checkpoint import source_revision
+    from pipeline.engine.checkpoint import source_revision
 
     inputs = {
         "source_hash": source_revision(hf_dir),

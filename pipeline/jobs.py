@@ -104,7 +104,7 @@ def run_engine_job(
 ) -> EngineJobResult:
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
-    from pipeline.build import BuildSpec, build_engine, plan_build
+    from pipeline.engine import BuildSpec, build_engine, plan_build
     from pipeline.convert import ConvertSpec, convert
     from pipeline.gpus import check_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format

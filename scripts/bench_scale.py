@@ -130,7 +130,7 @@ def _worker(args: argparse.Namespace) -> int:
         if not result.skipped:
             raise SystemExit("the re-run was not a no-op")
     else:
-        from pipeline.build import BuildSpec, build_engine
+        from pipeline.engine import BuildSpec, build_engine
         from pipeline.render import RenderSpec, render
 
         engine = build_engine(BuildSpec(gpu="cpu", checkpoint=hf_dir, force=True))

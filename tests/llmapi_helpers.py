@@ -51,7 +51,7 @@ def make_deployable(root: Path, *, hf_dir: Path | None = None, gpu: str = "cpu",
 def build_cpu_deployable(hf_dir: Path) -> Path:
     """`pipeline build --backend pytorch --gpu cpu --checkpoint hf_dir`, through the library: the deployable the
     user gets (build/<model>/engines/<profile-id>/ beside hf_dir's model folder)."""
-    from pipeline.build import BuildSpec
-    from pipeline.build.pytorch import build_pytorch
+    from pipeline.engine import BuildSpec
+    from pipeline.engine.pytorch import build_pytorch
 
     return Path(build_pytorch(BuildSpec(backend="pytorch", gpu="cpu", checkpoint=hf_dir)).deploy_dir)

@@ -60,7 +60,7 @@ def build(
 ) -> None:
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
-    from pipeline.build import BuildSpec, build_engine, plan_build
+    from pipeline.engine import BuildSpec, build_engine, plan_build
     from pipeline.errors import InvalidInputError
 
     set_json(json_output)
@@ -81,7 +81,7 @@ def build(
         backend=backend,
     )
     if backend == "pytorch":
-        from pipeline.build.pytorch import build_pytorch, plan_pytorch
+        from pipeline.engine.pytorch import build_pytorch, plan_pytorch
 
         plan_fn, build_fn, text_fn, made = plan_pytorch, build_pytorch, torch_plan_text, "written"
     else:
@@ -106,7 +106,7 @@ def _memory_line(m) -> str:
 
 
 def torch_plan_text(plan) -> str:
-    from pipeline.build.pytorch import options_yaml
+    from pipeline.engine.pytorch import options_yaml
 
     lines = [
         f"profile     {plan.profile_name}  (id {plan.profile_id}, backend pytorch, runtime {plan.runtime})",

@@ -28,7 +28,7 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
     x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
     from pipeline.errors import InvalidInputError
     from pipeline.paths import stage_dir
-    from pipeline.build.catalog import list_profiles
+    from pipeline.engine.catalog import list_profiles
 
     set_json(json_output)
     source = Path(model)

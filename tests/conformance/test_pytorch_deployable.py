@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.build import BuildSpec
-from pipeline.build.pytorch import build_pytorch
+from pipeline.engine import BuildSpec
+from pipeline.engine.pytorch import build_pytorch
 from pipeline.convert import ConvertSpec, convert
 from pipeline.deployable import read_deployable
 

@@ -7,7 +7,7 @@
   pretrained_config.logits_dtype: TensorRT-LLM tensorrt_llm/commands/build.py @008b2b8d passes it to
   build_model); the backend refuses logits requests when the two differ;
 - prefix caching is rendered on only where the engine was built with paged context FMHA, which the
-  build flags decide (pipeline/build/flags.py) and the engine's plugin_config records;
+  build flags decide (pipeline/engine/flags.py) and the engine's plugin_config records;
 - the BLS model runs a bounded number of Python stubs whatever the engine's max_batch_size.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build.flags import trtllm_flags
-from pipeline.build.memory import Limits
+from pipeline.engine.flags import trtllm_flags
+from pipeline.engine.memory import Limits
 from pipeline.errors import InvalidInputError
 from pipeline.gpus import get_gpu
 from pipeline.quant import kv_cache_format, quant_format

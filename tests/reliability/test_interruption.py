@@ -128,7 +128,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory, bigger_ckpt: Path) -> dict[s
     old = os.environ.get("PIPELINE_BUILD_DIR")
     os.environ["PIPELINE_BUILD_DIR"] = str(build)
     try:
-        from pipeline.build import BuildSpec, build_engine
+        from pipeline.engine import BuildSpec, build_engine
         from pipeline.convert import ConvertSpec, convert
         from pipeline.download import DownloadSpec, download
         from pipeline.render import RenderSpec, render

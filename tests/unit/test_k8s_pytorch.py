@@ -305,7 +305,7 @@ def test_bad_pytorch_inputs_exit_2(build: Path, case: str) -> None:
 
 def test_the_options_the_pods_read_are_llm_args_keys(build: Path) -> None:
     """What the bundle adds (return_perf_metrics) is a field of TensorRT-LLM 1.1.0's LlmArgs (the build stage's table)."""
-    llm_args = pytest.importorskip("pipeline.build.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
+    llm_args = pytest.importorskip("pipeline.engine.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
     from pipeline.k8s.pytorch import serve_options
 
     _, folder = make_deployable(build)
@@ -359,7 +359,7 @@ def test_kubernetes_validate_cli_and_kustomize_on_openai(build: Path) -> None:
 def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end on what `pipeline build --backend pytorch` really writes (not a hand-made folder): --api openai
     and --api triton (the LLM-API repository rendered by `pipeline render`) both render, validate and agree with it."""
-    from test_build_pytorch import make_hf_checkpoint
+    from test_engine_pytorch import make_hf_checkpoint
 
     ckpt = make_hf_checkpoint(build / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h100", "--tp", "2", "--json"]) == 0

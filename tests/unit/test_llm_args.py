@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.build.llm_args import check_options, option_problems, source_commit, top_level_fields
-from pipeline.build.memory import Limits
-from pipeline.build.pytorch import cuda_graph_batch_sizes, llm_api_options
+from pipeline.engine.llm_args import check_options, option_problems, source_commit, top_level_fields
+from pipeline.engine.memory import Limits
+from pipeline.engine.pytorch import cuda_graph_batch_sizes, llm_api_options
 from pipeline.errors import InvalidInputError
 from pipeline.gpus import get_gpu
 
@@ -86,11 +86,11 @@ def test_every_key_we_write_is_a_field_of_the_1_1_0_classes():
 
 def test_written_yaml_conforms(tmp_path, monkeypatch):
     """The file on disk, read back with yaml.safe_load as trtllm-serve reads it."""
-    from test_build_pytorch import make_hf_checkpoint
+    from test_engine_pytorch import make_hf_checkpoint
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
-    from pipeline.build import BuildSpec
-    from pipeline.build.pytorch import build_pytorch
+    from pipeline.engine import BuildSpec
+    from pipeline.engine.pytorch import build_pytorch
 
     ckpt = make_hf_checkpoint(tmp_path / "build" / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8")
     result = build_pytorch(BuildSpec(gpu="h100", checkpoint=ckpt, backend="pytorch"))

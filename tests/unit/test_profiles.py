@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.build.catalog import Machine, list_profiles
+from pipeline.engine.catalog import Machine, list_profiles
 from pipeline.profiles import BuildProfile, check_engine_compatible
 
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from pipeline.artifacts import read_manifest
-from pipeline.build import BuildSpec, build_engine
-from pipeline.build.pytorch import build_pytorch, plan_pytorch
+from pipeline.engine import BuildSpec, build_engine
+from pipeline.engine.pytorch import build_pytorch, plan_pytorch
 from pipeline.cli import run
 from pipeline.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.profiles import BuildProfile, check_engine_compatible
-from test_build_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
+from test_engine_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
 
 QUANT_ALGOS = {"fp8": "FP8", "nvfp4": "NVFP4", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ"}
 
@@ -77,7 +77,7 @@ def test_gpu_deployable_layout_links_and_manifest(build_root):
 
 
 def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
-    from pipeline.build import plan_build
+    from pipeline.engine import plan_build
 
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     hf = tiny_hf(build_root / "tiny" / "hf")
@@ -192,7 +192,7 @@ def test_quantized_checkpoint_without_its_source_is_refused_on_the_cpu(build_roo
 
 def test_a_key_llm_args_lacks_is_refused_before_anything_is_written(build_root, monkeypatch, capsys):
     """As if TensorRT-LLM 1.1.0 had no max_num_tokens: the build exits 2 naming the key and writes nothing."""
-    import pipeline.build.llm_args as llm_args
+    import pipeline.engine.llm_args as llm_args
 
     real = llm_args.top_level_fields()
     monkeypatch.setattr(llm_args, "top_level_fields", lambda: {k: v for k, v in real.items() if k != "max_num_tokens"})
@@ -226,7 +226,7 @@ def test_model_name_finds_the_newest_hf_checkpoint_of_the_asked_precision(build_
 
 
 def test_engine_path_does_not_pick_an_hf_checkpoint_by_model_name(build_root):
-    from pipeline.build import plan_build
+    from pipeline.engine import plan_build
 
     make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     with pytest.raises(InvalidInputError) as refused:

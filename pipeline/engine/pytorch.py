@@ -39,10 +39,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
-from pipeline.build import PlannedProfile, cached, check_fits, model_folder_name
-from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
-from pipeline.build.llm_args import check_options, source_commit
-from pipeline.build.memory import EngineTarget, Limits, default_limits
+from pipeline.engine import PlannedProfile, cached, check_fits, model_folder_name
+from pipeline.engine.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
+from pipeline.engine.llm_args import check_options, source_commit
+from pipeline.engine.memory import EngineTarget, Limits, default_limits
 from pipeline.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR,
                                  OPTIONS_FILE, PYTORCH_BACKEND)
 from pipeline.errors import InvalidInputError, UnsupportedError
@@ -166,7 +166,7 @@ def _find_hf_checkpoint(model: str, quant: str | None, kv_cache: str | None) -> 
     folder (`pipeline download`): 16-bit weights, which the reference runtime serves with the asked
     precision simulated, and which a GPU plan (--dry-run) can start from."""
     from pipeline.artifacts import MANIFEST_NAME
-    from pipeline.build.checkpoint import hf_precision
+    from pipeline.engine.checkpoint import hf_precision
 
     want_kv = kv_cache_format(kv_cache).name
     want = {quant_format(quant).name} if quant else {"fp16", "bf16"}  # no --quant: 16-bit, as the engine path

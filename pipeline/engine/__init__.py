@@ -1,6 +1,6 @@
 """The build stage: a TensorRT-LLM engine (trtllm-build) for a GPU, or the reference runtime's engine
 folder for the CPU, at build/<model>/engines/<profile-id>/ with a manifest. `--backend pytorch`
-(pipeline/build/pytorch.py) writes a PyTorch-backend deployable there instead: no engine.
+(pipeline/engine/pytorch.py) writes a PyTorch-backend deployable there instead: no engine.
 
 Input: a TensorRT-LLM checkpoint (`pipeline convert`) for GPUs; for `--gpu cpu` the HF folder
 (`pipeline download`) or a TensorRT-LLM checkpoint whose HF source is known (its manifest, or
@@ -18,10 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
-from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
-from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
-from pipeline.build.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
-from pipeline.build.runner import run_logged
+from pipeline.engine.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
+from pipeline.engine.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
+from pipeline.engine.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
+from pipeline.engine.runner import run_logged
 from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
@@ -117,7 +117,7 @@ def _refuse_converted_hf(path: Path, gpu: GpuSpec) -> None:
     """The engine path takes TensorRT-LLM checkpoints (and, for the reference runtime or a plan, the
     HF folder `pipeline download` wrote); an HF checkpoint from `convert --format hf` is the PyTorch
     backend's input."""
-    from pipeline.build.checkpoint import is_converted_hf
+    from pipeline.engine.checkpoint import is_converted_hf
 
     if is_converted_hf(path):
         raise InvalidInputError(

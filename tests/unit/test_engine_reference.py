@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import read_manifest
-from pipeline.build import BuildSpec, build_engine, plan_build
+from pipeline.engine import BuildSpec, build_engine, plan_build
 from pipeline.cli import run
 from pipeline.profiles import BuildProfile, engine_profile
 

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.build.checkpoint import is_converted_hf, read_source
-from pipeline.build.flags import builder_restriction
-from pipeline.build.memory import TP_CHOICES, EngineTarget, default_limits, estimate, what_would_fit
+from pipeline.engine.checkpoint import is_converted_hf, read_source
+from pipeline.engine.flags import builder_restriction
+from pipeline.engine.memory import TP_CHOICES, EngineTarget, default_limits, estimate, what_would_fit
 from pipeline.deployable import DEFAULT_BACKEND, HF_QUANT_FORMATS, PYTORCH_BACKEND, Backend
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu, gpu_table

@@ -3,7 +3,7 @@
 
 The stand-in is a plain script that behaves like the tool at its interface (reads --output_dir,
 writes config.json and rank<N>.engine, or fails with a message); the real tool runs only in the
-pinned image on a GPU, and its command line is checked by the contract test in test_build_flags.py.
+pinned image on a GPU, and its command line is checked by the contract test in test_engine_flags.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build import BuildSpec, build_engine
-from pipeline.build.runner import run_logged
+from pipeline.engine import BuildSpec, build_engine
+from pipeline.engine.runner import run_logged
 from pipeline.cli import run
 from pipeline.errors import StageFailedError
 

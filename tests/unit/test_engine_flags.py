@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build.checkpoint import read_checkpoint
-from pipeline.build.flags import builder_restriction, trtllm_build_command, trtllm_flags
-from pipeline.build.memory import EngineTarget, default_limits
+from pipeline.engine.checkpoint import read_checkpoint
+from pipeline.engine.flags import builder_restriction, trtllm_build_command, trtllm_flags
+from pipeline.engine.memory import EngineTarget, default_limits
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import get_gpu, gpu_table
 from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS

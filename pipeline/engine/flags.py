@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.build.memory import Limits
+from pipeline.engine.memory import Limits
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import GpuSpec
 from pipeline.planner import Goal

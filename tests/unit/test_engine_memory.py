@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build.checkpoint import read_checkpoint
-from pipeline.build.memory import EngineTarget, Limits, default_limits, estimate
+from pipeline.engine.checkpoint import read_checkpoint
+from pipeline.engine.memory import EngineTarget, Limits, default_limits, estimate
 from pipeline.gpus import get_gpu
 from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
