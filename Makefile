@@ -13,6 +13,7 @@ MODEL  ?= demo
 QUANT  ?= fp8
 KV     ?=
 GOAL   ?= throughput
+BACKEND ?= tensorrt
 TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
@@ -30,7 +31,7 @@ export PIPELINE_BUILD_DIR
 help:
 	@echo "make demo      the whole job on the CPU with the bundled demo model"
 	@echo "make test      unit, integration and reliability tests (real ModelOpt, real tritonserver)"
-	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 [KV=fp8] [GOAL=throughput] [EVAL=1] [DRY_RUN=1]"
+	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 [KV=fp8] [GOAL=throughput] [BACKEND=tensorrt|pytorch] [EVAL=1] [DRY_RUN=1]"
 	@echo "make serve [REPO=dir] | smoke URL=host:port | bench URL=host:port [SLO=...]"
 	@echo "make bundle [ENGINE=dir] [MODEL_ROOT=/models] [BUNDLE_OUT=dir]   the deployable bundle (models + engine + tokenizer)"
 	@echo "make plan | profiles | doctor | gpus | k8s PROFILE=id | image | soak"
@@ -65,7 +66,7 @@ demo: $(STAMP)
 # download -> convert -> (EVAL=1: accuracy gate) -> build -> render. Inside the pinned image this
 # builds a real engine; elsewhere the build stops with exit 3 (DRY_RUN=1 prints the plan instead).
 engine: $(STAMP)
-	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
+	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf $(BUILD_DIR)

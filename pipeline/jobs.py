@@ -16,6 +16,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
+from pipeline.deployable import DEFAULT_BACKEND, HF_FORMAT, PYTORCH_BACKEND, TRTLLM_FORMAT, Backend
 from pipeline.errors import GateFailedError, InvalidInputError
 from pipeline.planner import Goal
 from pipeline.evaluate import evaluate
@@ -51,6 +52,7 @@ class EngineJobSpec(BaseModel):
     evaluate: bool = False
     max_delta: float | None = Field(None, ge=0)
     dry_run: bool = False
+    backend: Backend = DEFAULT_BACKEND
     root: Path | None = None
 
 
@@ -105,6 +107,7 @@ def run_engine_job(
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
     from pipeline.engine import BuildSpec, build_engine, plan_build
+    from pipeline.engine.pytorch import build_pytorch, plan_pytorch
     from pipeline.convert import ConvertSpec, convert
     from pipeline.gpus import check_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
@@ -119,8 +122,11 @@ def run_engine_job(
     steps.record("download", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
 
     t = time.perf_counter()
+    # The PyTorch backend loads one HF checkpoint and shards it at load time: tp goes to build, not convert.
+    pytorch = spec.backend == PYTORCH_BACKEND
     checkpoint = convert(ConvertSpec(model=str(downloaded.path), quant=spec.quant, kv_cache=spec.kv_cache,
-                                     tp=spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root), reporter)
+                                     tp=1 if pytorch else spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root,
+                                     format=HF_FORMAT if pytorch else TRTLLM_FORMAT), reporter)
     steps.record("convert", t, checkpoint.path, ("reused " if checkpoint.skipped else "")
                  + f"{checkpoint.quant_algo or checkpoint.dtype}, KV {checkpoint.kv_cache_quant_algo or checkpoint.dtype}, {checkpoint.ranks} rank(s)")
 
@@ -137,23 +143,38 @@ def run_engine_job(
 
     # The reference runtime serves the HF weights with the precision simulated; a GPU engine is built from
     # the TensorRT-LLM checkpoint (which carries its precision).
-    if gpu.is_cpu:
+    # A PyTorch-backend deployable is made from the HF checkpoint on either (the CPU one links its 16-bit source).
+    if pytorch:
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND)
+    elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
                                goal=spec.goal)
     else:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal)
     t = time.perf_counter()
     if spec.dry_run:
-        plan = plan_build(build_spec)
-        steps.record("build (dry run)", t, plan.engine_dir, plan.command_line or plan.profile_name)
+        if pytorch:
+            planned = plan_pytorch(build_spec)
+            options = planned.options
+            steps.record("build (dry run)", t, planned.deploy_dir,
+                         f"{planned.profile_name}: max_batch_size {options['max_batch_size']}, "
+                         f"max_num_tokens {options['max_num_tokens']}, max_seq_len {options['max_seq_len']}")
+        else:
+            plan = plan_build(build_spec)
+            steps.record("build (dry run)", t, plan.engine_dir, plan.command_line or plan.profile_name)
         return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
-    engine = build_engine(build_spec)
-    steps.record("build", t, engine.engine_dir, f"{engine.plan.profile_name}{' (cached)' if engine.cached else ''}")
+    if pytorch:
+        built = build_pytorch(build_spec)
+        engine_dir = built.deploy_dir
+    else:
+        built = build_engine(build_spec)
+        engine_dir = built.engine_dir
+    steps.record("build", t, engine_dir, f"{built.plan.profile_name}{' (cached)' if built.cached else ''}")
 
     t = time.perf_counter()
-    repo = render(RenderSpec(engine=engine.engine_dir))
+    repo = render(RenderSpec(engine=engine_dir))
     steps.record("render", t, repo.repo, f"{len(repo.models)} models, runtime {repo.runtime}")
-    return EngineJobResult(steps=steps.steps, engine_dir=engine.engine_dir, repo=repo.repo)
+    return EngineJobResult(steps=steps.steps, engine_dir=engine_dir, repo=repo.repo)
 
 
 class FetchedModel(BaseModel):

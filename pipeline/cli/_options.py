@@ -58,3 +58,7 @@ def spec_from_options(cls, **values):
         option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "input"
         raise InvalidInputError(f"{option}: {first['msg']} (got {first.get('input')!r}).",
                                 hint="See --help for the accepted values.") from None
+
+BackendOpt = Annotated[str, typer.Option(
+    "--backend", help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
+    "`pipeline convert --format hf` plus LLM-API options; no engine).")]

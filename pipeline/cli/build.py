@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
+from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
 from pipeline.output import OUT
 
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
@@ -28,9 +28,6 @@ MaxBatchOpt = Annotated[Optional[int], typer.Option(
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-num-tokens", min=1, help="Batched tokens per step (default per goal).")]
 BlockOpt = Annotated[Optional[int], typer.Option("--tokens-per-block", min=1, help="Paged KV block size (default 32 latency, 64 throughput).")]
 GemmOpt = Annotated[Optional[str], typer.Option("--gemm-plugin", help="Override the GEMM plugin choice (auto, float16, bfloat16, fp8, nvfp4, disable).")]
-BackendOpt = Annotated[str, typer.Option(
-    "--backend", help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
-    "`pipeline convert --format hf` plus LLM-API options; no engine).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
+from pipeline.cli._options import BackendOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.jobs import DemoSpec, JobStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.output import OUT, simple_table
 from pipeline.reporting import OutputReporter
@@ -52,12 +52,14 @@ def engine(
     eval_gate: EvalOpt = False,
     max_delta: MaxDeltaOpt = None,
     dry_run: DryRunOpt = False,
+    backend: BackendOpt = "tensorrt",
     json_output: JsonOpt = False,
 ) -> None:
-    """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs."""
+    """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs. With
+    --backend pytorch: convert --format hf, then the LLM-API deployable and its Triton LLM-API repository."""
     set_json(json_output)
     spec = spec_from_options(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
-                       evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run)
+                       evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run, backend=backend)
     result = run_engine_job(spec, on_step=_show, reporter=OutputReporter())
     rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]
     OUT.result(result, table=simple_table(f"engine: {gpu} {quant} {goal}", ["step", "s", "result", "where"], rows))

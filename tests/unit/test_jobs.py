@@ -124,3 +124,34 @@ def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch
     assert result is failing and not result.passed  # the gate is the caller's: no raise here
     assert read_manifest(ckpt)["evaluation"]["failed"] == ["int4_awq", "nvfp4"]
     assert heard.events == [("info", f"recorded the figures in {ckpt / 'manifest.json'}")]
+
+
+@pytest.mark.slow
+def test_engine_with_the_pytorch_backend_chains_convert_hf_the_deployable_and_its_llmapi_repository(
+        demo_hf_dir, monkeypatch, capsys):
+    """`pipeline engine --backend pytorch` (make engine BACKEND=pytorch): convert --format hf, then the
+    LLM-API options for a GPU (dry run), and on the CPU the deployable and its Triton LLM-API repository."""
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(demo_hf_dir.parents[1]))
+    common = ["engine", f"local:{demo_hf_dir}", "--quant", "fp16", "--goal", "latency", "--backend", "pytorch", "--json"]
+    assert run([*common, "--gpu", "h100", "--dry-run"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert [step["name"] for step in planned["steps"]] == ["download", "convert", "build (dry run)"]
+    assert "/checkpoints/hf-fp16-" in planned["steps"][1]["artifact"]
+    assert planned["steps"][2]["detail"].startswith("torch-h100") and "max_batch_size" in planned["steps"][2]["detail"]
+
+    assert run([*common, "--gpu", "cpu"]) == 0
+    built = json.loads(capsys.readouterr().out)
+    assert [step["name"] for step in built["steps"]] == ["download", "convert", "build", "render"]
+    assert built["steps"][1]["detail"].startswith("reused")  # the same hf checkpoint as the dry run's
+    deployable = Path(built["engine_dir"])
+    assert (deployable / "llm_api_options.yaml").is_file() and (deployable / "model" / "config.json").is_file()
+    repo = Path(built["repo"])
+    assert (repo / "tensorrt_llm" / "config.pbtxt").is_file() and (repo / "tensorrt_llm" / "1" / "model.yaml").is_file()
+    assert not (repo / "ensemble").exists()  # NVIDIA's LLM-API layout: the one tensorrt_llm model
+
+
+def test_engine_refuses_an_unknown_backend_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
+    assert run(["engine", "demo", "--gpu", "h100", "--quant", "fp8", "--backend", "onnx"]) == 2
+    assert "backend" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
