@@ -144,10 +144,25 @@ def error_message(obj: Any) -> str:
     return str(obj)[:500]
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How one request samples: temperature 0 is greedy on every OpenAI-compatible server, None leaves it to
+    the server; `min_tokens` (trtllm-serve and vLLM take it; plain OpenAI servers refuse it) and `seed` are
+    sent only when set."""
+
+    temperature: float | None = 0.0
+    stop: tuple[str, ...] = ()
+    min_tokens: int | None = None
+    seed: int | None = None
+
+
+GREEDY = Sampling()
+
+
 def request_body(model: str | None, prompt: str, *, endpoint: Endpoint, max_tokens: int, stream: bool,
-                 temperature: float | None = 0.0, stop: tuple[str, ...] = (), min_tokens: int | None = None,
-                 seed: int | None = None) -> dict[str, Any]:
-    """The JSON body of one request. temperature 0 is greedy on every OpenAI-compatible server."""
+                 sampling: Sampling = GREEDY) -> dict[str, Any]:
+    """The JSON body of one request."""
+    temperature, stop, min_tokens, seed = sampling.temperature, sampling.stop, sampling.min_tokens, sampling.seed
     body: dict[str, Any] = {"max_tokens": max_tokens, "stream": stream}
     if model:
         body["model"] = model
@@ -162,7 +177,7 @@ def request_body(model: str | None, prompt: str, *, endpoint: Endpoint, max_toke
     if stop:
         body["stop"] = list(stop)
     if min_tokens is not None:
-        body["min_tokens"] = min_tokens  # trtllm-serve and vLLM take it; plain OpenAI servers refuse it
+        body["min_tokens"] = min_tokens
     if seed is not None:
         body["seed"] = seed
     return body

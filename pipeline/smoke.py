@@ -276,11 +276,11 @@ def _max_tokens_counted(served: Served, result: GenerateResult, base: GenerateRe
 def _openai_call(served: Served, request: GenerateRequest, timeout_s: float) -> GenerateResult:
     """One request through the OpenAI API (temperature 0: greedy), as a GenerateResult."""
     from pipeline.openai_client import generate as openai_generate
-    from pipeline.openai_client import request_body
+    from pipeline.openai_client import Sampling, request_body
 
+    sampling = Sampling(temperature=0.0 if request.temperature is None else request.temperature, stop=request.stop_words)
     body = request_body(served.model, request.prompt, endpoint=served.endpoint, max_tokens=request.max_tokens,
-                        stream=request.stream, temperature=0.0 if request.temperature is None else request.temperature,
-                        stop=request.stop_words)
+                        stream=request.stream, sampling=sampling)
     done = openai_generate(served.url, body, endpoint=served.endpoint, timeout_s=timeout_s)
     return GenerateResult(text=done.text, chunks=done.chunks, responses=len(done.chunks), output_tokens=done.completion_tokens,
                           ttft_s=done.ttft_s, latency_s=done.latency_s, error=done.error, finish_reason=done.finish_reason,

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from pipeline.bench.transport import Chunk, Usage
 from pipeline.bench.workload import BenchRequest
-from pipeline.openai_client import Endpoint, request_body, stream_events
+from pipeline.openai_client import Endpoint, Sampling, request_body, stream_events
 
 
 class OpenAITransport:
@@ -43,7 +43,7 @@ class OpenAITransport:
 
     def body(self, request: BenchRequest) -> dict[str, Any]:
         return request_body(self.model, request.prompt, endpoint=self.endpoint, max_tokens=request.max_tokens, stream=True,
-                            temperature=None, min_tokens=request.min_tokens if self.min_tokens else None)
+                            sampling=Sampling(temperature=None, min_tokens=request.min_tokens if self.min_tokens else None))
 
     async def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
         """(text, None) per text event, (Usage, None) for counts, (None, message) for an error."""
@@ -64,6 +64,6 @@ def supports_min_tokens(base_url: str, model: str, endpoint: Endpoint, timeout_s
     """Whether the server takes `min_tokens` (one 1-token request): (answer, the server's message when not)."""
     from pipeline.openai_client import generate
 
-    body = request_body(model, "Hi", endpoint=endpoint, max_tokens=1, stream=False, temperature=None, min_tokens=1)
+    body = request_body(model, "Hi", endpoint=endpoint, max_tokens=1, stream=False, sampling=Sampling(temperature=None, min_tokens=1))
     done = generate(base_url, body, endpoint=endpoint, timeout_s=timeout_s)
     return done.error is None, done.error or ""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InvalidInputError
-from pipeline.openai_client import SseParser, error_message, parse_event, parse_url, request_body
+from pipeline.openai_client import Sampling, SseParser, error_message, parse_event, parse_url, request_body
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,10 +74,11 @@ def test_openai_events_as_trtllm_serve_and_transformers_serve_send_them() -> Non
 
 
 def test_request_bodies() -> None:
-    chat = request_body("m", "Hello", endpoint="chat", max_tokens=4, stream=True, stop=(" am",))
+    chat = request_body("m", "Hello", endpoint="chat", max_tokens=4, stream=True, sampling=Sampling(stop=(" am",)))
     assert chat == {"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "stream": True,
                     "stream_options": {"include_usage": True}, "temperature": 0.0, "stop": [" am"]}
-    text = request_body(None, "Hello", endpoint="completions", max_tokens=2, stream=False, temperature=None, min_tokens=2)
+    text = request_body(None, "Hello", endpoint="completions", max_tokens=2, stream=False,
+                        sampling=Sampling(temperature=None, min_tokens=2))
     assert text == {"prompt": "Hello", "max_tokens": 2, "stream": False, "min_tokens": 2}
 
 
