@@ -210,8 +210,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan:
     if gpu.is_cpu:
         flags: list[Flag] = []
     else:
-        flags = trtllm_flags(gpu, quant, kv, tp=ckpt.tp, pp=ckpt.pp, goal=spec.goal, limits=limits,
-                             tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
+        flags = trtllm_flags(target, limits, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
     memory, fit_notes = check_fits(ckpt.model, target, limits)
     notes.extend(fit_notes)
     profile = BuildProfile(

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.engine.memory import Limits
+from pipeline.engine.memory import EngineTarget, Limits
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import GpuSpec
 from pipeline.planner import Goal
@@ -86,18 +86,15 @@ def _gemm_plugin(gpu: GpuSpec, quant: QuantFormat, goal: Goal, limits: Limits) -
 
 
 def trtllm_flags(
-    gpu: GpuSpec,
-    quant: QuantFormat,
-    kv: KvCacheFormat,
-    *,
-    tp: int,
-    pp: int,
-    goal: Goal,
+    target: EngineTarget,
     limits: Limits,
+    *,
     tokens_per_block: int | None = None,
     gemm_plugin: str | None = None,
 ) -> list[Flag]:
-    """The build flags (without --checkpoint_dir/--output_dir), each with the reason it is there."""
+    """The build flags (without --checkpoint_dir/--output_dir) for the engine `target` names (GPU, precision,
+    tp x pp, goal), each with the reason it is there."""
+    gpu, quant, kv, tp, pp, goal = target.gpu, target.quant, target.kv, target.tp, target.pp, target.goal
     check_buildable(gpu, quant, kv)
     if tokens_per_block is not None and (tokens_per_block < 1 or tokens_per_block & (tokens_per_block - 1)):
         raise UnsupportedError(f"--tokens-per-block {tokens_per_block} is not a power of two.",

@@ -20,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.engine.flags import trtllm_flags
-from pipeline.engine.memory import Limits
+from pipeline.engine.memory import EngineTarget, Limits
 from pipeline.errors import InvalidInputError
 from pipeline.gpus import get_gpu
+from pipeline.planner import model_spec_from_config
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.render import MODELS, RenderSpec, check_repository, parse_model_config, render
+
+LLAMA_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 
 
 def _tokenizer(folder: Path) -> Path:
@@ -39,8 +42,8 @@ def engine_from_flags(root: Path, gpu: str, quant: str, kv: str, *, max_batch_si
     --use_paged_context_fmha / --use_fp8_context_fmha / --tokens_per_block values, logits_dtype from
     --logits_dtype (what build.py hands to build_model)."""
     limits = Limits(max_batch_size=max_batch_size, max_input_len=1024, max_seq_len=2048, max_num_tokens=4096)
-    flags = {f.name: f.value for f in trtllm_flags(get_gpu(gpu), quant_format(quant), kv_cache_format(kv),
-                                                   tp=1, pp=1, goal="latency", limits=limits)}
+    target = EngineTarget(model_spec_from_config(LLAMA_8B), get_gpu(gpu), quant_format(quant), kv_cache_format(kv), 1, 1, "latency")
+    flags = {f.name: f.value for f in trtllm_flags(target, limits)}
     engine = root / "engines" / f"{gpu}-{quant}-{kv}"
     engine.mkdir(parents=True)
     (engine / "config.json").write_text(json.dumps({

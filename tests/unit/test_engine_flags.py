@@ -67,10 +67,11 @@ def test_every_emitted_flag_exists_with_a_valid_value(gpu_key, quant, kv, goal, 
     gpu, q, k = get_gpu(gpu_key), QUANT_FORMATS[quant], KV_CACHE_FORMATS[kv]
     if not (gpu.can_run(q) and gpu.can_run_kv(k)) or builder_restriction(gpu, q, k):
         with pytest.raises(UnsupportedError):
-            trtllm_flags(gpu, q, k, tp=tp, pp=1, goal=goal, limits=default_limits(EngineTarget(shape, gpu, q, k, tp, 1, goal)))
+            target = EngineTarget(shape, gpu, q, k, tp, 1, goal)
+            trtllm_flags(target, default_limits(target))
         return
-    limits = default_limits(EngineTarget(shape, gpu, q, k, tp, 1, goal))
-    flags = trtllm_flags(gpu, q, k, tp=tp, pp=1, goal=goal, limits=limits)
+    target = EngineTarget(shape, gpu, q, k, tp, 1, goal)
+    flags = trtllm_flags(target, default_limits(target))
     _assert_valid(trtllm_build_command(Path("ckpt"), Path("out"), flags), flag_table)
     values = _flag_dict(flags)
     assert values["--kv_cache_type"] == "paged"
@@ -94,8 +95,8 @@ def test_gemm_plugin_choice_per_precision(shape):
 
     def gemm(gpu, quant, goal, kv="auto", **limits):
         q, k = QUANT_FORMATS[quant], KV_CACHE_FORMATS[kv]
-        lim = default_limits(EngineTarget(shape, gpu, q, k, 1, 1, goal), **limits)
-        return _flag_dict(trtllm_flags(gpu, q, k, tp=1, pp=1, goal=goal, limits=lim))["--gemm_plugin"]
+        target = EngineTarget(shape, gpu, q, k, 1, 1, goal)
+        return _flag_dict(trtllm_flags(target, default_limits(target, **limits)))["--gemm_plugin"]
 
     assert gemm(a100, "fp16", "throughput") == "auto"
     assert gemm(a100, "int8_sq", "latency") == "auto"
@@ -110,26 +111,26 @@ def test_gemm_plugin_choice_per_precision(shape):
 def test_refusals_name_gpu_and_alternative(shape):
     with pytest.raises(UnsupportedError, match="a100-80gb.*fp8"):
         q, k = QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["auto"]
-        trtllm_flags(get_gpu("a100"), q, k, tp=1, pp=1, goal="latency",
-                     limits=default_limits(EngineTarget(shape, get_gpu("a100"), q, k, 1, 1, "latency")))
+        target = EngineTarget(shape, get_gpu("a100"), q, k, 1, 1, "latency")
+        trtllm_flags(target, default_limits(target))
     with pytest.raises(UnsupportedError, match="SM 10.0") as refused:
         q = QUANT_FORMATS["int8_sq"]
-        trtllm_flags(get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], tp=1, pp=1, goal="latency",
-                     limits=default_limits(EngineTarget(shape, get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], 1, 1, "latency")))
+        target = EngineTarget(shape, get_gpu("b200"), q, KV_CACHE_FORMATS["auto"], 1, 1, "latency")
+        trtllm_flags(target, default_limits(target))
     assert "fp8" in (refused.value.hint or "")
 
 
 def test_user_overrides_win(shape):
     gpu, q, k = get_gpu("l40s"), QUANT_FORMATS["fp8"], KV_CACHE_FORMATS["fp8"]
-    limits = default_limits(EngineTarget(shape, gpu, q, k, 1, 1, "throughput"), max_input_len=3000, max_seq_len=4096,
+    target = EngineTarget(shape, gpu, q, k, 1, 1, "throughput")
+    limits = default_limits(target, max_input_len=3000, max_seq_len=4096,
                             max_batch_size=48, max_num_tokens=4096)
-    values = _flag_dict(trtllm_flags(gpu, q, k, tp=1, pp=1, goal="throughput", limits=limits,
-                                     tokens_per_block=128, gemm_plugin="fp8"))
+    values = _flag_dict(trtllm_flags(target, limits, tokens_per_block=128, gemm_plugin="fp8"))
     assert (values["--max_input_len"], values["--max_seq_len"], values["--max_batch_size"], values["--max_num_tokens"]) == (
         "3000", "4096", "48", "4096")
     assert values["--tokens_per_block"] == "128" and values["--gemm_plugin"] == "fp8"
     with pytest.raises(UnsupportedError):
-        trtllm_flags(gpu, q, k, tp=1, pp=1, goal="throughput", limits=limits, tokens_per_block=48)
+        trtllm_flags(target, limits, tokens_per_block=48)
 
 
 @pytest.mark.parametrize("gpu,quant,kv,goal", [("h100", "fp8", "fp8", "throughput"), ("a100", "int8_sq", None, "latency"),
