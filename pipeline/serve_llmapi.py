@@ -32,9 +32,9 @@ class LlmApiAnswer:
 
 
 def generate(grpc_url: str, prompt: str, *, max_tokens: int = 16, stream: bool = False, timeout_s: float = 120.0,
-             model: str = MODEL, extra: dict | None = None) -> LlmApiAnswer:
-    """One request to an LLM-API model over gRPC. Streaming goes through Triton's bidirectional stream
-    (decoupled models need it for any request); errors come back in LlmApiAnswer.error, not raised."""
+             extra: dict | None = None) -> LlmApiAnswer:
+    """One request to the repository's LLM-API model (MODEL) over gRPC. Streaming goes through Triton's
+    bidirectional stream (decoupled models need it for any request); errors come back in LlmApiAnswer.error, not raised."""
     import numpy as np
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
@@ -56,7 +56,7 @@ def generate(grpc_url: str, prompt: str, *, max_tokens: int = 16, stream: bool =
     try:
         client.start_stream(callback=lambda result, error: results.put((result, error)),
                             stream_timeout=timeout_s)
-        client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex[:12], enable_empty_final_response=True)
+        client.async_stream_infer(MODEL, inputs, request_id=uuid.uuid4().hex[:12], enable_empty_final_response=True)
         while True:
             try:
                 result, error = results.get(timeout=timeout_s)
