@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -258,30 +259,39 @@ def forward_splitting_on_oom(model: Any, batch: dict[str, Any], counter: dict[st
         forward_splitting_on_oom(model, {key: value[part] for key, value in batch.items()}, counter)
 
 
+@dataclass(frozen=True)
+class CalibrationRun:
+    """How quantize_model calibrates: the texts, samples per forward pass, tokens per sample, the
+    tensor-parallel size (the AWQ block must split across it) and `progress(done, total)`, called
+    after each calibration batch."""
+
+    texts: tuple[str, ...] = ()
+    batch_size: int = 4
+    max_len: int = 256
+    tp: int = 1
+    progress: ProgressFn | None = None
+
+
 def quantize_model(
     model: Any,
     tokenizer: Any,
     fmt: QuantFormat,
     kv: KvCacheFormat,
-    calib_texts: list[str],
-    *,
-    batch_size: int = 4,
-    max_len: int = 256,
-    tp: int = 1,
-    progress: ProgressFn | None = None,
+    calibration: CalibrationRun = CalibrationRun(),
     stats: dict[str, int] | None = None,
 ) -> Any:
     """Quantize model in place with ModelOpt for fmt (+ kv) and return it.
 
     Formats with no ModelOpt quantizer (fp16, bf16, int4_wo without a quantized KV cache) return the
-    model untouched. `progress(done, total)` is called after each calibration batch.
-    Weight-only int8 needs no calibration data; the others run a forward pass over calib_texts.
+    model untouched. `calibration.progress(done, total)` is called after each calibration batch.
+    Weight-only int8 needs no calibration data; the others run a forward pass over calibration.texts.
     On a GPU the batches go to the model's input device and a batch that runs out of memory is split
     (counted in `stats["splits"]`); on the CPU the forward pass is exactly `model(**batch)`.
     """
     import torch
 
-    block = awq_block_size(model, tp) if "awq" in fmt.name else None
+    calib_texts, progress = list(calibration.texts), calibration.progress
+    block = awq_block_size(model, calibration.tp) if "awq" in fmt.name else None
     cfg = modelopt_config(fmt, kv, awq_block=block)
     if cfg is None:
         return model
@@ -295,7 +305,8 @@ def quantize_model(
     device = model_device(model)
     on_gpu = device is not None and getattr(device, "type", str(device)) == "cuda"
     batches = (
-        calibration_batches(tokenizer, calib_texts, batch_size=batch_size, max_len=max_len, device=device if on_gpu else None)
+        calibration_batches(tokenizer, calib_texts, batch_size=calibration.batch_size, max_len=calibration.max_len,
+                            device=device if on_gpu else None)
         if needs_data else []
     )
 

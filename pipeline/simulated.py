@@ -113,7 +113,7 @@ def simulated_model(
     ModelOpt fake quantization (pipeline.quantize) otherwise; for formats whose weights trtllm-build
     quantizes (int4_wo), that rounding is applied to the weights."""
     from pipeline.quant import WEIGHTS_PACKED_AT_BUILD
-    from pipeline.quantize import load_hf_model, quantize_model
+    from pipeline.quantize import CalibrationRun, load_hf_model, quantize_model
 
     model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE, placement)
     fmt, kv = variant.fmt, variant.kv
@@ -122,7 +122,8 @@ def simulated_model(
     if fmt.is_quantized or kv.kv_cache_quant_algo is not None:
         texts = calib_texts if (fmt.needs_calibration or kv.kv_cache_quant_algo) else []
         model = quantize_model(
-            model, tokenizer, fmt, kv, texts, batch_size=batch_size, max_len=calib_max_len, progress=progress
+            model, tokenizer, fmt, kv,
+            CalibrationRun(texts=tuple(texts), batch_size=batch_size, max_len=calib_max_len, progress=progress),
         )
     if fmt.name in WEIGHTS_PACKED_AT_BUILD:
         round_weights_per_channel(model, fmt.weight_bits)

@@ -145,7 +145,7 @@ def layer(module: str) -> str:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "pipeline.resources" in graph["pipeline.convert"]
+    assert "pipeline.resources" in graph["pipeline.convert_resources"]
     assert "pipeline.host" in graph["pipeline.serve"]  # a module-level import
     assert "pipeline.profiles" in graph["pipeline.serve"]  # a function-local one
     assert all(not t.startswith("pipeline.cli.") for t in graph["pipeline.cli"])  # the package's own submodules
