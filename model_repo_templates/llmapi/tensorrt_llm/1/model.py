@@ -202,28 +202,40 @@ class TritonPythonModel:
             send_error(sender, f"Error generating request: {error}")
             return
         done = threading.Event()
+        # Once the final response is sent, Triton frees the response factory: asking the sender is_cancelled()
+        # after that crashes tritonserver (SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled). The guard makes
+        # "send the final" and "ask is_cancelled" exclusive, and an answered request reads as cancelled.
+        guard = threading.Lock()
 
         def emit(update):
-            if done.is_set():
-                return
+            with guard:
+                if done.is_set():
+                    return
+                if update.finished:
+                    done.set()
+                if job.streaming:
+                    sender.send(make_response(job, update),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if update.finished else 0)
+                elif update.finished:
+                    sender.send(make_response(job, update), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if update.finished:
-                done.set()
                 self._forget(user_id, handle)
-            if job.streaming:
-                sender.send(make_response(job, update),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if update.finished else 0)
-            elif update.finished:
-                sender.send(make_response(job, update), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
         def fail(message):
-            if not done.is_set():
+            with guard:
+                if done.is_set():
+                    return
                 done.set()
-                self._forget(user_id, handle)
                 send_error(sender, f"Error generating request: {message}")
+            self._forget(user_id, handle)
+
+        def cancelled():
+            with guard:
+                return done.is_set() or sender.is_cancelled()
 
         handle = None
         try:
-            handle = self.engine.submit(job, emit, fail, getattr(sender, "is_cancelled", None))
+            handle = self.engine.submit(job, emit, fail, cancelled if hasattr(sender, "is_cancelled") else None)
         except (ValueError, RuntimeError) as error:
             fail(str(error))
             return
