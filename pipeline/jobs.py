@@ -164,10 +164,10 @@ def run_engine_job(
             steps.record("build (dry run)", t, plan.engine_dir, plan.command_line or plan.profile_name)
         return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
     if pytorch:
-        built = build_pytorch(build_spec)
+        built = build_pytorch(build_spec, reporter)
         engine_dir = built.deploy_dir
     else:
-        built = build_engine(build_spec)
+        built = build_engine(build_spec, reporter)
         engine_dir = built.engine_dir
     steps.record("build", t, engine_dir, f"{built.plan.profile_name}{' (cached)' if built.cached else ''}")
 

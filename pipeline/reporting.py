@@ -20,8 +20,8 @@ from pipeline.output import OUT, Output
 class Progress(Protocol):
     """Tasks of a long piece of work, each with a total."""
 
-    def start(self, description: str, total: int) -> int:
-        """A new task; returns its id."""
+    def start(self, description: str, total: int | None) -> int:
+        """A new task (total None: of unknown length, shown as activity); returns its id."""
         ...
 
     def advance(self, task: int, amount: int = 1, *, description: str | None = None) -> None:
@@ -50,7 +50,7 @@ class _Uncounted:
     def __init__(self) -> None:
         self._ids = itertools.count()
 
-    def start(self, description: str, total: int) -> int:
+    def start(self, description: str, total: int | None) -> int:
         return next(self._ids)
 
     def advance(self, task: int, amount: int = 1, *, description: str | None = None) -> None:
@@ -98,9 +98,9 @@ class _Bars:
 
     def __init__(self, bars: RichProgress) -> None:
         self._bars = bars
-        self._totals: dict[int, int] = {}
+        self._totals: dict[int, int | None] = {}
 
-    def start(self, description: str, total: int) -> int:
+    def start(self, description: str, total: int | None) -> int:
         task = self._bars.add_task(description, total=total)
         self._totals[task] = total
         return task
@@ -109,7 +109,8 @@ class _Bars:
         self._bars.update(task, advance=amount, description=description)  # type: ignore[arg-type]
 
     def finish(self, task: int) -> None:
-        self._bars.update(task, completed=self._totals[task])  # type: ignore[arg-type]
+        total = self._totals[task]
+        self._bars.update(task, total=total or 1, completed=total or 1)
 
 
 class OutputReporter:

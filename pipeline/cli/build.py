@@ -10,6 +10,7 @@ import typer
 
 from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
 from pipeline.output import OUT
+from pipeline.reporting import OutputReporter
 
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
     "--checkpoint", help="TensorRT-LLM checkpoint folder (GPU) or HF folder (cpu, or a GPU --dry-run); with --backend "
@@ -87,7 +88,7 @@ def build(
         plan = plan_fn(spec)
         OUT.result(plan, text=text_fn(plan))
         return
-    result = build_fn(spec)
+    result = build_fn(spec, OutputReporter())
     for note in result.plan.notes:
         OUT.warn(note)
     verb = "up to date (cached)" if result.cached else made

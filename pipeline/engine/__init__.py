@@ -25,12 +25,12 @@ from pipeline.engine.runner import run_logged
 from pipeline.deployable import DEFAULT_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
-from pipeline.output import OUT
 from pipeline.download_sources import parse_source
 from pipeline.paths import build_root, stage_dir
 from pipeline.planner import Goal, check_tp
 from pipeline.profiles import BuildProfile, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
+from pipeline.reporting import SILENT, Reporter
 from pipeline.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
 
 __all__ = ["BuildSpec", "BuildPlan", "BuildResult", "PlannedProfile", "plan_build", "build_engine", "check_fits", "cached",
@@ -309,7 +309,7 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
     return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3))
 
 
-def _build_trtllm(plan: BuildPlan, started: float) -> BuildResult:
+def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildResult:
     if plan.checkpoint_kind != "trtllm":
         raise InvalidInputError(f"trtllm-build needs a TensorRT-LLM checkpoint; {plan.checkpoint} is a Hugging Face folder.",
                                 hint=plan.notes[0] if plan.notes else "Run `pipeline convert` first.")
@@ -326,14 +326,15 @@ def _build_trtllm(plan: BuildPlan, started: float) -> BuildResult:
     world = plan.profile.world_size
     with atomic_dir(plan.engine_dir) as tmp:
         argv = trtllm_build_command(plan.checkpoint, tmp, plan.flags, executable)
-        with OUT.progress() as progress:
-            task = progress.add_task(f"trtllm-build {plan.profile_name}", total=None)
+        with reporter.progress() as progress:
+            task = progress.start(f"trtllm-build {plan.profile_name}", total=None)
 
             def show(line: str) -> None:
                 if line.strip():
-                    progress.update(task, description=f"trtllm-build: {line.strip()[:70]}")
+                    progress.advance(task, 0, description=f"trtllm-build: {line.strip()[:70]}")
 
             result = run_logged(argv, log_path, on_line=show)
+            progress.finish(task)
         if result.returncode != 0:
             raise StageFailedError(
                 f"trtllm-build exited with code {result.returncode} after {result.duration_s:.0f} s "
@@ -358,12 +359,13 @@ def _build_trtllm(plan: BuildPlan, started: float) -> BuildResult:
                        log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)
 
 
-def build_engine(spec: BuildSpec) -> BuildResult:
-    """Build (or find already built) the engine the spec describes."""
+def build_engine(spec: BuildSpec, reporter: Reporter = SILENT) -> BuildResult:
+    """Build (or find already built) the engine the spec describes; trtllm-build's progress goes to
+    reporter (silent by default)."""
     started = time.time()
     plan = plan_build(spec)
     if not spec.force and cached(plan.engine_dir, plan.inputs_hash):
         return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=True, duration_s=round(time.time() - started, 3))
     if plan.runtime == "reference":
         return _build_reference(plan, spec, started)
-    return _build_trtllm(plan, started)
+    return _build_trtllm(plan, started, reporter)

@@ -51,6 +51,7 @@ from pipeline.paths import stage_dir
 from pipeline.planner import DEFAULT_KV_FRACTION, Goal, check_tp
 from pipeline.profiles import BuildProfile
 from pipeline.quant import kv_cache_format, quant_format
+from pipeline.reporting import SILENT, Reporter
 from pipeline.versions import TRTLLM_VERSION
 
 MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".jinja", ".model", ".txt", ".py")
@@ -293,8 +294,9 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     )
 
 
-def build_pytorch(spec: Any) -> TorchResult:
-    """Write (or find already written) the deployable the spec describes."""
+def build_pytorch(spec: Any, reporter: Reporter = SILENT) -> TorchResult:
+    """Write (or find already written) the deployable the spec describes; linking (or, across
+    filesystems, copying) the model files shows as progress on reporter (silent by default)."""
     started = time.time()
     plan = plan_pytorch(spec)
     if plan.plan_only:
@@ -305,7 +307,13 @@ def build_pytorch(spec: Any) -> TorchResult:
     with atomic_dir(plan.deploy_dir) as tmp:
         model_dir = tmp / MODEL_SUBDIR
         model_dir.mkdir()
-        linked = [link_or_copy(path, model_dir / path.name) for path in model_files(plan.model_source)]
+        sources = model_files(plan.model_source)
+        linked = []
+        with reporter.progress() as progress:
+            task = progress.start(f"model/ from {plan.model_source.name}", total=len(sources))
+            for path in sources:
+                linked.append(link_or_copy(path, model_dir / path.name))
+                progress.advance(task)
         write_text_atomic(tmp / OPTIONS_FILE, options_yaml(plan))
         manifest = build_manifest(
             stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},

@@ -16,6 +16,7 @@ from pipeline.cli import run
 from pipeline.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.profiles import BuildProfile, check_engine_compatible
+from reporting_helpers import ProgressLog
 from test_engine_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
 
 QUANT_ALGOS = {"fp8": "FP8", "nvfp4": "NVFP4", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ"}
@@ -103,7 +104,10 @@ def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
 def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoint(build_root):
     source = tiny_hf(build_root / "tiny" / "hf")
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8", source=source)
-    result = build_pytorch(spec(gpu="cpu", checkpoint=ckpt))
+    reporter = ProgressLog()
+    result = build_pytorch(spec(gpu="cpu", checkpoint=ckpt), reporter)
+    files = len(list((result.deploy_dir / "model").iterdir()))
+    assert reporter.calls[0] == ("start", "model/ from hf", files) and reporter.calls.count(("advance", 1, None)) == files
     deployable = read_deployable(result.deploy_dir)
     assert deployable.is_cpu and deployable.runtime == "reference" and deployable.simulated == ("fp8", "fp8")
     assert BuildProfile(**deployable.manifest["profile"]).name == "ref-cpu-fp8-kvfp8-tp1-throughput-torch"

@@ -20,6 +20,7 @@ from pipeline.engine import BuildSpec, build_engine
 from pipeline.engine.runner import run_logged
 from pipeline.cli import run
 from pipeline.errors import StageFailedError
+from reporting_helpers import ProgressLog
 
 STAND_IN = """#!{python}
 import json, os, sys
@@ -123,6 +124,17 @@ def test_successful_build_runs_the_planned_command_and_caches(env):
     os.remove(env["argv"])
     again = build_engine(spec)
     assert again.cached and not env["argv"].exists()  # the tool did not run again
+
+
+def test_build_shows_the_tools_output_as_progress_on_the_reporter_and_prints_nothing(env, capsys):
+    install_stand_in(env["tools"])
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp2-x", tp=2)
+    reporter = ProgressLog()
+    build_engine(BuildSpec(checkpoint=ckpt, gpu="h100", goal="latency"), reporter)
+    kinds = [call[0] for call in reporter.calls]
+    assert kinds[0] == "start" and kinds[-1] == "finish" and reporter.calls[0][2] is None  # a tool of unknown length
+    assert any(call[0] == "advance" and "stand-in trtllm-build" in call[2] for call in reporter.calls)
+    assert capsys.readouterr().err == ""
 
 
 def test_engine_folder_keeps_the_tokenizer_of_its_hf_source(env):

@@ -26,6 +26,9 @@ def _report(reporter: Reporter) -> None:
         assert score != copy
         progress.advance(score)
         progress.finish(score)
+        tool = progress.start("tool", total=None)  # a child process of unknown length
+        progress.advance(tool, 0, description="tool: linking")
+        progress.finish(tool)
 
 
 def test_silent_reporter_says_nothing(capsys) -> None:
@@ -42,6 +45,7 @@ def test_output_reporter_renders_events_and_bars_on_stderr() -> None:
     text = err.getvalue()
     assert text.startswith("hello\nwarning: careful\n")
     assert "copying" in text and "2/4" in text and "3/3" in text  # advanced with a new description; finished
+    assert "tool: linking" in text and "1/1" in text  # a task without a total shows as done when finished
 
 
 def test_output_reporter_under_json_or_quiet_shows_no_progress() -> None:
