@@ -23,9 +23,11 @@ from pipeline.engine.flags import trtllm_flags
 from pipeline.engine.memory import EngineTarget, Limits
 from pipeline.errors import InvalidInputError
 from pipeline.gpus import get_gpu
+from pipeline.model_repo import parse_model_config
 from pipeline.planner import model_spec_from_config
 from pipeline.quant import kv_cache_format, quant_format
-from pipeline.render import MODELS, RenderSpec, check_repository, parse_model_config, render
+from pipeline.render import MODELS, RenderSpec, render
+from pipeline.render_checks import check_repository
 
 LLAMA_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 

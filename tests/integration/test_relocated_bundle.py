@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.render import MODELS, parse_model_config
+from pipeline.model_repo import parse_model_config
+from pipeline.render import MODELS
 from pipeline.smoke import SmokeSpec, run_smoke
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]

@@ -220,7 +220,7 @@ def test_overlong_prompt_refused_before_generation(demo_server, demo_repo: Path)
     """20,000 words against max_input_len 256: refused by preprocessing (the limit is rendered into its
     config from the engine), so no token reaches tensorrt_llm; the server then answers a normal request."""
     from pipeline.client import generate
-    from pipeline.render import parse_model_config
+    from pipeline.model_repo import parse_model_config
 
     config = parse_model_config(demo_repo / "preprocessing" / "config.pbtxt")
     assert config.parameters["max_input_len"].string_value == "256"

@@ -13,8 +13,9 @@ import pytest
 from pipeline import cli
 from pipeline.bundle import check_location, path_problems
 from pipeline.errors import InvalidInputError, StageFailedError
+from pipeline.model_repo import parse_model_config
 from pipeline.reference_folder import write_reference_engine_dir
-from pipeline.render import MODELS, RenderSpec, parse_model_config, render
+from pipeline.render import MODELS, RenderSpec, render
 
 
 def _engine(root: Path, runtime: str = "reference") -> Path:

@@ -30,7 +30,8 @@ def _hadolint() -> str | None:
 
 
 def _models_paths(bundle: Path) -> dict[str, str]:
-    from pipeline.render import MODELS, parse_model_config
+    from pipeline.model_repo import parse_model_config
+    from pipeline.render import MODELS
 
     return {f"{m}/{k}": v.string_value for m in MODELS
             for k, v in parse_model_config(bundle / m / "config.pbtxt").parameters.items() if v.string_value.startswith("/")}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.render import REFERENCE_TABLES, reference_tables_dir, templates_dir
+from pipeline.model_repo import templates_dir
+from pipeline.render_checks import REFERENCE_TABLES, reference_tables_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+

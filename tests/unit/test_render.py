@@ -1,4 +1,5 @@
-"""render: the rendered repository parses, keeps the TensorRT-LLM contract, and is written atomically."""
+"""render: the rendered repository parses, uses the backend its runtime needs, takes the operator's options, and is
+written atomically (or reused). The checks of a rendered repository are tested in test_render_checks.py."""
 
 from __future__ import annotations
 
@@ -10,54 +11,20 @@ import pytest
 
 from pipeline import cli
 from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.reference_folder import write_reference_engine_dir
-from pipeline.render import (
-    MODELS,
-    RenderSpec,
-    check_repository,
-    contract_problems,
-    ensemble_problems,
-    parse_model_config,
-    render,
-    templates_dir,
-)
+from pipeline.model_repo import parse_model_config, templates_dir
+from pipeline.render import RenderSpec, render
 
-
-def _fake_hf_dir(root: Path) -> Path:
-    """Just enough of an HF folder for render (which never loads weights)."""
-    hf = root / "hf"
-    hf.mkdir(parents=True)
-    (hf / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 32, "architectures": ["LlamaForCausalLM"]}))
-    (hf / "model.safetensors").write_bytes(b"\0" * 8)
-    (hf / "tokenizer.json").write_text("{}")
-    (hf / "tokenizer_config.json").write_text("{}")
-    return hf
+from render_cases import configs as _configs, reference_engine_dir, trtllm_engine_dir
 
 
 @pytest.fixture()
 def reference_engine(tmp_path: Path) -> Path:
-    return write_reference_engine_dir(_fake_hf_dir(tmp_path), tmp_path / "engines" / "ref",
-                                      {"max_batch_size": 4, "max_input_len": 64, "max_seq_len": 128})
+    return reference_engine_dir(tmp_path)
 
 
 @pytest.fixture()
 def trtllm_engine(tmp_path: Path) -> Path:
-    """The config.json trtllm-build writes (no engine files needed to render)."""
-    engine = tmp_path / "engines" / "trt"
-    engine.mkdir(parents=True)
-    (engine / "config.json").write_text(json.dumps({
-        "version": "1.1.0",
-        "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "float16"},
-        "build_config": {"max_batch_size": 64, "max_input_len": 2048, "max_seq_len": 4096, "max_num_tokens": 8192,
-                         "max_beam_width": 1, "plugin_config": {"paged_kv_cache": True, "tokens_per_block": 32,
-                                                                "use_paged_context_fmha": True}},
-    }))
-    shutil.copytree(_fake_hf_dir(tmp_path / "trt-source"), engine / "tokenizer")
-    return engine
-
-
-def _configs(repo: Path) -> dict:
-    return {model: parse_model_config(repo / model / "config.pbtxt") for model in MODELS}
+    return trtllm_engine_dir(tmp_path)
 
 
 def _param(config, key: str) -> str:
@@ -91,56 +58,12 @@ def test_tensorrtllm_repository_uses_the_cpp_backend(trtllm_engine: Path, tmp_pa
     assert configs["ensemble"].max_batch_size == 64
 
 
-def test_contract_matches_the_reference_tables(reference_engine: Path, trtllm_engine: Path, tmp_path: Path,
-                                               reference_dir: Path, reference_tsv) -> None:
-    rows = reference_tsv("triton_trtllm_model_io.tsv")
-    for engine in (reference_engine, trtllm_engine):
-        repo = render(RenderSpec(engine=engine, out=tmp_path / engine.name)).repo
-        configs = _configs(repo)
-        assert contract_problems(configs["tensorrt_llm"], reference_dir) == []
-        # the client-facing models keep every tensor name NVIDIA's clients send and read
-        for model in ("ensemble", "tensorrt_llm_bls", "postprocessing"):
-            for direction, tensors in (("input", configs[model].input), ("output", configs[model].output)):
-                expected = {r["name"] for r in rows if r["model"] == model and r["direction"] == direction}
-                assert {t.name for t in tensors} == expected, (model, direction)
-
-
-def test_contract_check_catches_a_renamed_tensor(reference_engine: Path, tmp_path: Path, reference_dir: Path) -> None:
-    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
-    config = parse_model_config(repo / "tensorrt_llm" / "config.pbtxt")
-    config.input[0].name = "input_idz"
-    config.parameters["not_a_parameter"].string_value = "1"
-    problems = contract_problems(config, reference_dir)
-    assert any("'input_ids' of the reference contract is missing" in p for p in problems)
-    assert any("'not_a_parameter'" in p for p in problems)
-
-
-def test_ensemble_check_catches_a_bad_map(reference_engine: Path, tmp_path: Path) -> None:
-    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
-    configs = _configs(repo)
-    assert ensemble_problems(configs) == []
-    step = configs["ensemble"].ensemble_scheduling.step[1]
-    step.input_map["no_such_input"] = "_INPUT_ID"
-    step.input_map["temperature"] = "nobody_makes_this"
-    problems = ensemble_problems(configs)
-    assert any("'no_such_input' is not an input" in p for p in problems)
-    assert any("'nobody_makes_this'" in p for p in problems)
-
-
 def test_no_template_syntax_survives(reference_engine: Path, tmp_path: Path) -> None:
     repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
     for path in repo.rglob("*"):
         if path.is_file() and path.suffix in (".pbtxt", ".py"):
             text = path.read_text()
             assert "${" not in text and "{{" not in text and "{%" not in text, path
-
-
-def test_leftover_placeholder_fails_the_check(reference_engine: Path, tmp_path: Path) -> None:
-    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
-    config = repo / "postprocessing" / "config.pbtxt"
-    config.write_text(config.read_text() + '\nparameters: { key: "x" value: { string_value: "${x}" } }\n')
-    with pytest.raises(InvalidInputError, match="unrendered template text"):
-        check_repository(repo)
 
 
 def test_a_broken_template_publishes_nothing(reference_engine: Path, tmp_path: Path, monkeypatch) -> None:
@@ -222,3 +145,4 @@ def test_cli_render(reference_engine: Path, tmp_path: Path, capsys) -> None:
     assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--runtime", "vllm"]) == 2
     assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--logits-dtype", "fp64"]) == 2
     assert cli.run(["render", "--engine", str(tmp_path / "missing"), "--out", str(out)]) == 2
+
