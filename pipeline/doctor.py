@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.errors import PipelineError
 from pipeline.host import GpuFound, detect_gpus
 from pipeline.paths import build_root
-from pipeline.serve import find_tritonserver
+from pipeline.triton_binary import find_tritonserver
 from pipeline.versions import TRITON_IMAGE, TRTLLM_VERSION
 
 

@@ -1,15 +1,55 @@
-"""pipeline.commands: trtllm-serve's command line against the upstream option table
-(tensorrt_llm/commands/serve.py @4c05a748). tritonserver's and mpirun's: tests/unit/test_serve_command.py."""
+"""pipeline.commands: tritonserver's command line, mpirun's (the launch_triton_server.py contract), and
+trtllm-serve's against the upstream option table (tensorrt_llm/commands/serve.py @4c05a748)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from pipeline.commands import trtllm_serve_command, trtllm_serve_option
+from pipeline.commands import mpirun_command, tritonserver_command, trtllm_serve_command, trtllm_serve_option
+from pipeline.serve import ServerSpec
+from pipeline.triton_binary import TritonBinary
 from pipeline.trtllm_serve import flags
+
+
+def test_single_process_command_has_repo_backends_and_ports(tmp_path: Path) -> None:
+    spec = ServerSpec(repo=tmp_path, http_port=1, grpc_port=2, metrics_port=3, extra_args=("--log-verbose=1",))
+    binary = TritonBinary(path=Path("/x/tritonserver"), backend_dir=Path("/cache/backends"))
+    assert tritonserver_command(spec, binary) == [
+        "/x/tritonserver", f"--model-repository={tmp_path.resolve()}", "--backend-directory=/cache/backends",
+        "--grpc-port=2", "--http-port=1", "--metrics-port=3", "--exit-timeout-secs=30", "--log-verbose=1",
+    ]
+    assert "--exit-timeout-secs=5" in tritonserver_command(spec.model_copy(update={"exit_timeout_s": 5}), binary)
+
+
+def test_mpirun_command_matches_launch_triton_server_contract(tmp_path: Path) -> None:
+    """One `-n 1` app context per rank; rank 0 loads everything, the others only tensorrt_llm."""
+    spec = ServerSpec(repo=tmp_path, http_port=8000, grpc_port=8001, metrics_port=8002, world_size=2)
+    repo = tmp_path.resolve()
+    common = ["--grpc-port=8001", "--http-port=8000", "--metrics-port=8002"]
+    assert mpirun_command(spec, "/opt/tritonserver/bin/tritonserver") == [
+        "mpirun", "--allow-run-as-root",
+        "-n", "1", "/opt/tritonserver/bin/tritonserver", f"--model-repository={repo}", *common,
+        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
+        "--exit-timeout-secs=30",
+        ":",
+        "-n", "1", "/opt/tritonserver/bin/tritonserver", f"--model-repository={repo}", *common,
+        "--model-control-mode=explicit", "--load-model=tensorrt_llm",
+        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix1_",
+        "--exit-timeout-secs=30",
+    ]
+
+
+def test_mpirun_command_four_ranks_each_with_own_shm_prefix(tmp_path: Path) -> None:
+    cmd = mpirun_command(ServerSpec(repo=tmp_path, world_size=4), "ts", trtllm_model_names=("a", "b"))
+    assert cmd.count("-n") == 4 and cmd.count(":") == 3 and cmd[-1] != ":"
+    for rank in range(4):
+        assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in cmd
+    assert cmd.count("--model-control-mode=explicit") == 3
+    assert cmd.count("--load-model=a") == 3 and cmd.count("--load-model=b") == 3
 
 
 def test_command_line_is_the_upstream_spelling() -> None:
