@@ -40,13 +40,15 @@ def _segments(kwargs: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     return cu_q.tolist(), cu_k.tolist()
 
 
-def per_request_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     **kwargs):
+def per_request_sdpa(module, query, key, value, attention_mask, **kwargs):
     """transformers' sdpa_attention_forward, with a packed step that prefills and holds several requests
     computed request by request. Shapes: query [1, heads, tokens, dim], key/value [1, kv_heads, keys, dim],
-    attention_mask [1, 1, tokens, keys]; returns ([1, tokens, heads, dim], None) as transformers does."""
+    attention_mask [1, 1, tokens, keys]; returns ([1, tokens, heads, dim], None) as transformers does.
+    transformers passes `dropout` and `scaling` as keywords (defaults 0.0 and None, as sdpa_attention_forward's)."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    dropout, scaling = kwargs.pop("dropout", 0.0), kwargs.pop("scaling", None)
 
     bounds = _segments(kwargs) if query.shape[0] == 1 and attention_mask is not None and dropout == 0.0 else None
     if bounds is None or len(bounds[0]) <= 2 or int(kwargs.get("max_length_q") or 0) <= 1:
