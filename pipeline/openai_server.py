@@ -31,8 +31,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -222,17 +223,33 @@ def wait_ready(server: OpenAIServer, timeout_s: float) -> str:
         time.sleep(0.5)
 
 
-def chat_completion(url: str, model: str, messages: list[dict], *, max_tokens: int = 16, stream: bool = False,
-                    timeout_s: float = 120.0, **extra) -> dict:
+@dataclass(frozen=True)
+class ChatRequest:
+    """One /v1/chat/completions request: the served model, the messages, and the rest of the body
+    (extra: further OpenAI fields such as temperature or stop, spelled as the API spells them)."""
+
+    model: str
+    messages: Sequence[dict]
+    max_tokens: int = 16
+    stream: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict:
+        """The JSON body; a streamed request asks for the usage in its last chunk unless extra says otherwise."""
+        body = {"model": self.model, "messages": list(self.messages), "max_tokens": self.max_tokens,
+                "stream": self.stream, **self.extra}
+        if self.stream:
+            body.setdefault("stream_options", {"include_usage": True})
+        return body
+
+
+def chat_completion(url: str, chat: ChatRequest, *, timeout_s: float = 120.0) -> dict:
     """One POST /v1/chat/completions (stdlib only). Streaming: the SSE chunks are joined into one answer
     {"text", "finish_reason", "usage", "chunks"}; whole: the response JSON."""
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "stream": stream, **extra}
-    if stream:
-        body.setdefault("stream_options", {"include_usage": True})
-    request = urllib.request.Request(f"{url}/chat/completions", data=json.dumps(body).encode(),
+    request = urllib.request.Request(f"{url}/chat/completions", data=json.dumps(chat.body()).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local URL)
-        if not stream:
+        if not chat.stream:
             return json.loads(response.read())
         answer: dict = {"text": "", "finish_reason": None, "usage": None, "chunks": 0}
         for raw in response:
@@ -250,8 +267,8 @@ def chat_completion(url: str, model: str, messages: list[dict], *, max_tokens: i
 
 def warm_up(server: OpenAIServer, max_tokens: int = 2) -> None:
     try:
-        answer = chat_completion(server.url, server.model or "", [{"role": "user", "content": "Hello, warm-up."}],
-                                 max_tokens=max_tokens)
+        chat = ChatRequest(server.model or "", [{"role": "user", "content": "Hello, warm-up."}], max_tokens=max_tokens)
+        answer = chat_completion(server.url, chat)
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise StageFailedError(f"Warm-up chat completion to {server.engine} failed: {error}",
                                hint=f"See the server log {server.log_file}.") from None
