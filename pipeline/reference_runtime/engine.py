@@ -4,18 +4,17 @@
 The manager batches (in-flight) and owns the paged KV cache. This class adds: the cache size from
 a budget and admission by TensorRT-LLM's scheduler policies (kv_cache.py: a request waits in a FIFO
 queue until a batch slot, and under guaranteed_no_evict the KV blocks for its whole length, are
-free), validation against the engine limits, per-request sampling (sampling.RequestSampler), end
-ids, stop words (the request is cancelled in the manager as soon as its output ends with one, which
-frees its KV blocks), cancellation, log-probs, the perf-metric timestamps and the runtime's own
-counters (stats(): slots, queue, KV blocks). Results reach the caller through a callback per
-request, called from one dispatcher thread.
+free), validation against the engine limits (requests.py, with the request and event types),
+per-request sampling (sampling.RequestSampler), end ids, stop words (the request is cancelled in the
+manager as soon as its output ends with one, which frees its KV blocks), cancellation, log-probs,
+the perf-metric timestamps and the runtime's own counters (stats(): slots, queue, KV blocks).
+Results reach the caller through a callback per request, called from one dispatcher thread.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import math
 import os
 import threading
 import time
@@ -24,8 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.reference_runtime.attention import install as install_per_request_attention
-from pipeline.reference_runtime.kv_cache import (Admission, Batching, KvCacheError, KvCachePlan, SchedulerPolicy,
-                                                 blocks_for, kv_bytes_per_token, plan_kv_cache)
+from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, KvCachePlan, blocks_for,
+                                                 kv_bytes_per_token, plan_kv_cache)
+from pipeline.reference_runtime.requests import (Callback, EngineLimits, GenerationEvent, GenerationRequest,
+                                                 RequestError, RuntimeStats, check_request)
 from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
 from pipeline.reference_runtime.words import ends_with_any
 
@@ -35,68 +36,9 @@ LOG = logging.getLogger("pipeline.reference_runtime")
 SIMULATION_CALIB_SIZE = 16
 
 
-class RequestError(ValueError):
-    """A request the runtime refuses (too long, unsupported option); the message goes to the client."""
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    max_batch_size: int = 8
-    max_input_len: int = 1024
-    max_seq_len: int = 2048
-    max_num_tokens: int = 8192
-    tokens_per_block: int = 32
-    max_tokens_in_paged_kv_cache: int | None = None
-    kv_cache_free_mem_fraction: float = 0.9
-    enable_kv_cache_reuse: bool = False
-    max_queue_size: int = 0  # requests waiting for a slot or KV blocks; 0: no limit
-    scheduler_policy: SchedulerPolicy = "guaranteed_no_evict"
-    batching: Batching = "inflight"
-    cancellation_check_period_ms: int = 100
-
-    @classmethod
-    def from_build_config(cls, build_config: dict, **overrides) -> "EngineLimits":
-        plugin = build_config.get("plugin_config") or {}
-        values = {
-            "max_batch_size": int(build_config.get("max_batch_size", 8)),
-            "max_input_len": int(build_config.get("max_input_len", 1024)),
-            "max_seq_len": int(build_config.get("max_seq_len", 2048)),
-            "max_num_tokens": int(build_config.get("max_num_tokens") or 8192),
-            "tokens_per_block": int(plugin.get("tokens_per_block", 32)),
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-@dataclass
-class GenerationRequest:
-    input_ids: list[int]
-    max_new_tokens: int
-    end_id: int | None = None
-    stop_words: list[list[int]] = field(default_factory=list)
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
-    streaming: bool = False
-    return_log_probs: bool = False
-
-
-@dataclass
-class GenerationEvent:
-    """One update of a request. `new_tokens` are the tokens since the previous event; `tokens` all of them."""
-
-    new_tokens: list[int]
-    tokens: list[int]
-    logprobs: list[float]
-    finished: bool
-    finish_reason: str | None = None  # length | end_id | stop_word | cancelled | error
-    error: str | None = None
-    timings_ns: dict[str, int] = field(default_factory=dict)
-
-
-Callback = Callable[[GenerationEvent], None]
-
-
 @dataclass
 class _Active:
+    request_id: str
     request: GenerationRequest
     callback: Callback
     slot: int
@@ -112,24 +54,6 @@ class _Active:
     # Held while anything touches the request's response sender: Triton deletes the response factory once
     # the final response is sent, and is_cancelled() on a deleted factory crashes tritonserver (2.51).
     lock: threading.RLock = field(default_factory=threading.RLock)
-
-
-@dataclass(frozen=True)
-class RuntimeStats:
-    """The runtime's own counters (the tensorrt_llm model reports them as nv_trt_llm_* metrics)."""
-
-    active: int  # requests in the batching manager (batch slots in use)
-    waiting: int  # requests queued for a slot or KV blocks
-    max_active: int  # max_batch_size
-    kv_blocks_max: int
-    kv_blocks_used: int  # blocks the manager's cache has handed out
-    kv_blocks_reserved: int  # worst-case blocks held for started requests (guaranteed_no_evict)
-    tokens_per_block: int
-    finished: int  # requests ended since load (any reason)
-
-    @property
-    def kv_blocks_free(self) -> int:
-        return max(0, self.kv_blocks_max - self.kv_blocks_used)
 
 
 class ReferenceEngine:
@@ -215,42 +139,19 @@ class ReferenceEngine:
 
         dtype_bytes = model.dtype.itemsize if hasattr(model.dtype, "itemsize") else 4
         try:
-            return plan_kv_cache(tokens_per_block=limits.tokens_per_block,
+            budget = KvCacheBudget(free_memory_bytes=free_ram_bytes(), free_fraction=limits.kv_cache_free_mem_fraction,
+                                   max_tokens=limits.max_tokens_in_paged_kv_cache)
+            return plan_kv_cache(budget, tokens_per_block=limits.tokens_per_block,
                                  bytes_per_token=kv_bytes_per_token(model.config, dtype_bytes),
-                                 max_batch_size=limits.max_batch_size, max_seq_len=limits.max_seq_len,
-                                 free_memory_bytes=free_ram_bytes(), free_fraction=limits.kv_cache_free_mem_fraction,
-                                 max_tokens=limits.max_tokens_in_paged_kv_cache)
+                                 max_batch_size=limits.max_batch_size, max_seq_len=limits.max_seq_len)
         except KvCacheError as error:
             raise KvCacheError(f"{error} Raise max_tokens_in_paged_kv_cache or kv_cache_free_gpu_mem_fraction, "
                                "or free host memory.") from None
 
     # -- public ------------------------------------------------------------------------------------
     def validate(self, request: GenerationRequest) -> None:
-        prompt = len(request.input_ids)
-        if prompt == 0:
-            raise RequestError("The prompt is empty (input_lengths is 0).")
-        if prompt > self.limits.max_input_len:
-            raise RequestError(
-                f"Prompt has {prompt} tokens, more than this engine's max_input_len {self.limits.max_input_len}. "
-                "Shorten the prompt or build the engine with a larger max_input_len."
-            )
-        check_sampling(request.sampling, names={"top_k": "top_k (runtime_top_k)", "top_p": "top_p (runtime_top_p)"})
-        if request.max_new_tokens < 1:
-            raise RequestError(f"request_output_len must be at least 1, got {request.max_new_tokens}.")
-        if prompt + request.max_new_tokens > self.limits.max_seq_len:
-            raise RequestError(
-                f"Prompt ({prompt} tokens) + request_output_len ({request.max_new_tokens}) = "
-                f"{prompt + request.max_new_tokens} exceeds this engine's max_seq_len {self.limits.max_seq_len}. "
-                "Ask for fewer output tokens or build the engine with a larger max_seq_len."
-            )
-        plan = getattr(self, "kv_plan", None)
-        if plan is not None and blocks_for(prompt + request.max_new_tokens, plan.tokens_per_block) > plan.blocks:
-            raise RequestError(
-                f"Prompt ({prompt} tokens) + request_output_len ({request.max_new_tokens}) needs "
-                f"{blocks_for(prompt + request.max_new_tokens, plan.tokens_per_block) * plan.tokens_per_block} tokens "
-                f"of KV cache, more than this runtime's whole cache ({plan.tokens} tokens, from {plan.source}). "
-                "Ask for fewer tokens, or raise max_tokens_in_paged_kv_cache / kv_cache_free_gpu_mem_fraction."
-            )
+        """Raise RequestError for a request this engine refuses (requests.check_request)."""
+        check_request(request, self.limits, getattr(self, "kv_plan", None))
 
     def submit(
         self, request: GenerationRequest, callback: Callback, *, is_cancelled: Callable[[], bool] | None = None
@@ -271,7 +172,8 @@ class ReferenceEngine:
                     f"batch slot or KV-cache blocks (max_queue_size {self.limits.max_queue_size}). Retry later.")
             options = SamplingOptions(**{**request.sampling.__dict__, "end_ids": end_ids})
             slot = self.sampler.register(options, request.input_ids)
-            self._active[request_id] = _Active(request, callback, slot, is_cancelled, time.time_ns(), blocks, end_ids)
+            self._active[request_id] = _Active(request_id, request, callback, slot, is_cancelled, time.time_ns(), blocks,
+                                               end_ids)
             self._admission.queue(request_id, blocks)
         self._start_admitted()
         return request_id
@@ -281,7 +183,7 @@ class ReferenceEngine:
         active = self._active.get(request_id)
         if active is None:
             return False
-        self._finish(request_id, active, "cancelled", cancel_in_manager=True)
+        self._finish(active, "cancelled", cancel_in_manager=True)
         return True
 
     def active_count(self) -> int:
@@ -298,8 +200,8 @@ class ReferenceEngine:
 
     def close(self) -> None:
         self._running = False
-        for request_id, active in list(self._active.items()):
-            self._finish(request_id, active, "cancelled", cancel_in_manager=False)
+        for active in list(self._active.values()):
+            self._finish(active, "cancelled", cancel_in_manager=False)
         try:
             self._manager.stop(block=True, timeout=10)
         except Exception:  # noqa: BLE001 - best effort at shutdown
@@ -330,7 +232,7 @@ class ReferenceEngine:
                 except Exception as failure:  # noqa: BLE001 - a stopped manager
                     error = str(failure) or type(failure).__name__
                 if error is not None:
-                    self._finish(request_id, active, "error", cancel_in_manager=False,
+                    self._finish(active, "error", cancel_in_manager=False,
                                  error=f"The reference runtime could not start the request: {error}.")
 
     def _manager_blocks_used(self) -> int:
@@ -360,7 +262,7 @@ class ReferenceEngine:
                 time.sleep(0.5)
 
     def _check_cancellations(self) -> None:
-        for request_id, active in list(self._active.items()):
+        for active in list(self._active.values()):
             probe = active.is_cancelled
             if probe is None:
                 continue
@@ -373,7 +275,7 @@ class ReferenceEngine:
                     LOG.exception("cancellation probe failed")
                     continue
             if cancelled:  # the final response releases the cancelled request in Triton
-                self._finish(request_id, active, "cancelled", cancel_in_manager=True)
+                self._finish(active, "cancelled", cancel_in_manager=True)
 
     def _on_output(self, output) -> None:
         active = self._active.get(output.request_id)
@@ -385,7 +287,7 @@ class ReferenceEngine:
 
     def _on_active_output(self, output, active: _Active) -> None:
         if output.error:
-            self._finish(output.request_id, active, "error", error=str(output.error))
+            self._finish(active, "error", error=str(output.error))
             return
         generated = list(output.generated_tokens)
         new = generated[active.seen:]
@@ -406,7 +308,7 @@ class ReferenceEngine:
         if added and not active.first_token_ns:
             active.first_token_ns = time.time_ns()
         if reason is not None:
-            self._finish(output.request_id, active, reason, new_tokens=added, cancel_in_manager=not output.is_finished(),
+            self._finish(active, reason, new_tokens=added, cancel_in_manager=not output.is_finished(),
                          scheduled=output.lifespan[0])
         elif added and active.request.streaming:
             active.callback(self._event(active, added, False, None, output.lifespan[0]))
@@ -424,8 +326,9 @@ class ReferenceEngine:
         }
         return GenerationEvent(list(new_tokens), list(active.tokens), logprobs, finished, reason, error, timings)
 
-    def _finish(self, request_id, active, reason, *, new_tokens=(), cancel_in_manager=False, error=None,
+    def _finish(self, active: _Active, reason, *, new_tokens=(), cancel_in_manager=False, error=None,
                 scheduled=-1.0) -> None:
+        request_id = active.request_id
         with active.lock:
             if active.done:
                 return
@@ -458,8 +361,8 @@ class ReferenceEngine:
                 self._start_admitted()  # its slot (and blocks) may let a waiting request start
 
     def _fail_all(self, message: str) -> None:
-        for request_id, active in list(self._active.items()):
-            self._finish(request_id, active, "error", error=message)
+        for active in list(self._active.values()):
+            self._finish(active, "error", error=message)
 
     def _wall_ns(self, perf: float) -> int:
         return int(self._wall0 + (perf - self._perf0) * 1e9)
@@ -471,20 +374,6 @@ def intra_op_threads() -> int:
     from pipeline.cpus import reference_threads
 
     return reference_threads()
-
-
-def check_sampling(options: SamplingOptions, names: dict[str, str] | None = None) -> None:
-    """Refuse what TensorRT-LLM's SamplingConfig refuses, naming the input: temperature < 0, top_p outside
-    [0, 1], top_k < 0 (and min_tokens < 0, non-finite numbers). `names` maps a field to the name the
-    client sent."""
-    names = names or {}
-    rules = (("temperature", options.temperature, lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
-             ("top_p", options.top_p, lambda v: 0 <= v <= 1, "must be between 0 and 1 (0 turns it off)"),
-             ("top_k", options.top_k, lambda v: v >= 0, "must be >= 0 (0 turns it off)"),
-             ("min_tokens", options.min_tokens, lambda v: v >= 0, "must be >= 0"))
-    for field_name, value, ok, rule in rules:
-        if not (math.isfinite(value) and ok(value)):
-            raise RequestError(f"{names.get(field_name, field_name)} {rule}, got {value:g}.")
 
 
 def _first(value):

@@ -37,6 +37,16 @@ class KvCacheError(ValueError):
 
 
 @dataclass(frozen=True)
+class KvCacheBudget:
+    """What the cache may take (TensorRT-LLM's KvCacheConfig): `free_fraction` of `free_memory_bytes` (the host
+    memory free once the model is loaded), at most `max_tokens` tokens when that is given."""
+
+    free_memory_bytes: int
+    free_fraction: float = 0.9  # kv_cache_free_gpu_mem_fraction
+    max_tokens: int | None = None  # max_tokens_in_paged_kv_cache
+
+
+@dataclass(frozen=True)
 class KvCachePlan:
     blocks: int
     tokens_per_block: int
@@ -61,10 +71,10 @@ def kv_bytes_per_token(config, dtype_bytes: int) -> int:
     return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * dtype_bytes
 
 
-def plan_kv_cache(*, tokens_per_block: int, bytes_per_token: int, max_batch_size: int, max_seq_len: int,
-                  free_memory_bytes: int, free_fraction: float = 0.9,
-                  max_tokens: int | None = None) -> KvCachePlan:
+def plan_kv_cache(budget: KvCacheBudget, *, tokens_per_block: int, bytes_per_token: int, max_batch_size: int,
+                  max_seq_len: int) -> KvCachePlan:
     """The cache size from the budget (see the module docstring). Raises KvCacheError below one block."""
+    free_memory_bytes, free_fraction, max_tokens = budget.free_memory_bytes, budget.free_fraction, budget.max_tokens
     if not 0 < free_fraction <= 1:
         raise KvCacheError(f"kv_cache_free_gpu_mem_fraction must be in (0, 1], got {free_fraction:g}.")
     by_memory = int(free_fraction * max(0, free_memory_bytes) // bytes_per_token)

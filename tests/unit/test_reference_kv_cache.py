@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.reference_runtime.kv_cache import Admission, KvCacheError, blocks_for, kv_bytes_per_token, plan_kv_cache
+from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, blocks_for, kv_bytes_per_token,
+                                                 plan_kv_cache)
 from pipeline.reference_runtime.settings import GPU_ONLY, SettingsError, read_settings
 
 GIB = 1 << 30
@@ -13,10 +14,10 @@ SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_hea
 
 
 def _plan(**overrides):
-    values = dict(tokens_per_block=32, bytes_per_token=46_080, max_batch_size=8, max_seq_len=512,
-                  free_memory_bytes=16 * GIB, free_fraction=0.9, max_tokens=None)
+    budget = {key: overrides.pop(key) for key in ("free_memory_bytes", "free_fraction", "max_tokens") if key in overrides}
+    values = dict(tokens_per_block=32, bytes_per_token=46_080, max_batch_size=8, max_seq_len=512)
     values.update(overrides)
-    return plan_kv_cache(**values)
+    return plan_kv_cache(KvCacheBudget(**{"free_memory_bytes": 16 * GIB, **budget}), **values)
 
 
 def test_bytes_per_token_is_k_and_v_of_every_layer() -> None:

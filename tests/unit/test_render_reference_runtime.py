@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.reference_runtime.engine import EngineLimits, GenerationRequest, ReferenceEngine, RequestError
+from pipeline.reference_runtime.engine import ReferenceEngine
+from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
 from pipeline.reference_runtime.words import ends_with_any, from_word_list, to_word_list
 

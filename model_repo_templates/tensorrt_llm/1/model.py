@@ -42,8 +42,9 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.reference_runtime.engine import EngineLimits, GenerationRequest, ReferenceEngine, RequestError
+from pipeline.reference_runtime.engine import ReferenceEngine
 from pipeline.reference_runtime.kv_cache import KvCacheError
+from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
 from pipeline.reference_runtime.words import from_word_list

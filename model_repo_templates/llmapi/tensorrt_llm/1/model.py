@@ -282,8 +282,9 @@ class _ReferenceEngine:
             pass
         from transformers import AutoTokenizer
 
-        from pipeline.reference_runtime.engine import EngineLimits, ReferenceEngine
+        from pipeline.reference_runtime.engine import ReferenceEngine
         from pipeline.reference_runtime.kv_cache import KvCacheError
+        from pipeline.reference_runtime.requests import EngineLimits
 
         model_dir = config.get("model")
         self.limits, honoured, ignored = reference_limits(config, triton_config)
@@ -316,7 +317,7 @@ class _ReferenceEngine:
                                 "best-of sampling" if name.endswith("best_of") else "sampling penalties")
 
     def submit(self, job, emit, fail, is_cancelled):
-        from pipeline.reference_runtime.engine import GenerationRequest, RequestError
+        from pipeline.reference_runtime.requests import GenerationRequest, RequestError
         from pipeline.reference_runtime.sampling import SamplingOptions
 
         self._ignore(job)
