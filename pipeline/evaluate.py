@@ -148,7 +148,7 @@ def _measure(
 ) -> dict[str, Any]:
     """The baseline's row, then each variant's: simulated quantization (calibrated on calib), scored
     against the baseline's predictions."""
-    from pipeline.quantize import calibration_steps, load_hf_model
+    from pipeline.quantize import CalibrationRun, calibration_steps, load_hf_model
 
     with reporter.progress() as progress:
         t0 = time.time()
@@ -181,10 +181,12 @@ def _measure(
             model, _ = simulated_model(
                 hf_dir,
                 variant,
-                calib,
-                calib_max_len=spec.calib_max_len,
-                batch_size=spec.batch_size,
-                progress=lambda _done, _total: progress.advance(qtask),
+                CalibrationRun(
+                    texts=tuple(calib),
+                    batch_size=spec.batch_size,
+                    max_len=spec.calib_max_len,
+                    progress=lambda _done, _total: progress.advance(qtask),
+                ),
                 placement=placement,
             )
             progress.finish(qtask)

@@ -13,12 +13,14 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+from pipeline.quantize import CalibrationRun
 
 BASELINE_DTYPE = "float32"  # CPU matmuls in fp16 are slow and not what a GPU does; values are rounded instead
 DEFAULT_SPEED_PROMPT = "Write a short paragraph about the history of the printing press and why it mattered."
@@ -99,32 +101,23 @@ def round_weights(model: Any, dtype_name: str) -> Any:
 
 
 def simulated_model(
-    hf_dir: Path,
-    variant: Variant,
-    calib_texts: list[str],
-    *,
-    calib_max_len: int = 256,
-    batch_size: int = 4,
-    progress: Callable[[int, int], None] | None = None,
-    placement: Any = None,
+    hf_dir: Path, variant: Variant, calibration: CalibrationRun = CalibrationRun(), *, placement: Any = None
 ) -> tuple[Any, Any]:
     """(model, tokenizer) with variant's numerics simulated in fp32 (on the CPU, or where a
     `pipeline.placement.Placement` puts it): weights rounded to fp16/bf16 for the 16-bit formats;
-    ModelOpt fake quantization (pipeline.quantize) otherwise; for formats whose weights trtllm-build
+    ModelOpt fake quantization (pipeline.quantize) otherwise, calibrated as `calibration` says (its
+    texts are used only by the formats that need calibration); for formats whose weights trtllm-build
     quantizes (int4_wo), that rounding is applied to the weights."""
     from pipeline.quant import WEIGHTS_PACKED_AT_BUILD
-    from pipeline.quantize import CalibrationRun, load_hf_model, quantize_model
+    from pipeline.quantize import load_hf_model, quantize_model
 
     model, tokenizer = load_hf_model(hf_dir, BASELINE_DTYPE, placement)
     fmt, kv = variant.fmt, variant.kv
     if not fmt.is_quantized:
         round_weights(model, "bfloat16" if fmt.name == "bf16" else "float16")
     if fmt.is_quantized or kv.kv_cache_quant_algo is not None:
-        texts = calib_texts if (fmt.needs_calibration or kv.kv_cache_quant_algo) else []
-        model = quantize_model(
-            model, tokenizer, fmt, kv,
-            CalibrationRun(texts=tuple(texts), batch_size=batch_size, max_len=calib_max_len, progress=progress),
-        )
+        needs_texts = fmt.needs_calibration or kv.kv_cache_quant_algo
+        model = quantize_model(model, tokenizer, fmt, kv, calibration if needs_texts else replace(calibration, texts=()))
     if fmt.name in WEIGHTS_PACKED_AT_BUILD:
         round_weights_per_channel(model, fmt.weight_bits)
     return model, tokenizer
@@ -183,7 +176,7 @@ def load_reference_model(
     variant = Variant(quant=quant_format(quant).name, kv_cache=kv_cache_format(kv_cache).name)
     needs = variant.fmt.needs_calibration or variant.kv.kv_cache_quant_algo is not None
     texts = list(calib_texts) if calib_texts is not None else (calibration_texts(calib_size) if needs else [])
-    return simulated_model(Path(hf_dir), variant, texts, calib_max_len=calib_max_len)
+    return simulated_model(Path(hf_dir), variant, CalibrationRun(texts=tuple(texts), max_len=calib_max_len))
 
 
 class SpeedResult(BaseModel):
@@ -198,20 +191,27 @@ class SpeedResult(BaseModel):
     threads: int
 
 
-def greedy_speed(
-    model: Any, tokenizer: Any, *, name: str, new_tokens: int = 32, repeats: int = 3,
-    prompt: str = DEFAULT_SPEED_PROMPT, load_s: float = 0.0,
-) -> SpeedResult:
-    """Greedy generation tokens/s at batch 1 (exactly new_tokens each run; one warm-up run first)."""
+@dataclass(frozen=True)
+class SpeedRun:
+    """What greedy_speed times: greedy generation of exactly `new_tokens` from `prompt`, `repeats` times."""
+
+    new_tokens: int = 32
+    repeats: int = 3
+    prompt: str = DEFAULT_SPEED_PROMPT
+
+
+def greedy_speed(model: Any, tokenizer: Any, run: SpeedRun = SpeedRun(), *, name: str, load_s: float = 0.0) -> SpeedResult:
+    """Greedy generation tokens/s at batch 1 (exactly run.new_tokens each run; one warm-up run first)."""
     import torch
 
-    ids = tokenizer(prompt, return_tensors="pt")
+    new_tokens = run.new_tokens
+    ids = tokenizer(run.prompt, return_tensors="pt")
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                   pad_token_id=tokenizer.pad_token_id)
     runs = []
     with torch.no_grad():
         model.generate(**ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
-        for _ in range(repeats):
+        for _ in range(run.repeats):
             start = time.perf_counter()
             model.generate(**ids, **kwargs)
             runs.append(new_tokens / (time.perf_counter() - start))
@@ -229,13 +229,14 @@ def measure_speed(
     """greedy_speed for each format, loaded with load_reference_model (one model in memory at a time)."""
     import gc
 
+    run = SpeedRun(new_tokens=new_tokens, repeats=repeats)
     results = []
     for quant in quants:
         start = time.perf_counter()
         model, tokenizer = load_reference_model(hf_dir, quant, kv_cache, calib_size=calib_size)
         load_s = time.perf_counter() - start
         label = quant if not kv_cache or kv_cache_format(kv_cache).kv_cache_quant_algo is None else f"{quant}+kv_{kv_cache}"
-        results.append(greedy_speed(model, tokenizer, name=label, new_tokens=new_tokens, repeats=repeats, load_s=load_s))
+        results.append(greedy_speed(model, tokenizer, run, name=label, load_s=load_s))
         del model
         gc.collect()
     return results

@@ -43,7 +43,7 @@ def test_baseline_perplexity_is_sane_and_agrees_with_itself(baseline):
 
 
 def test_int4_raises_perplexity_and_changes_predictions(baseline, demo_hf_dir: Path):
-    model, _ = simulated_model(demo_hf_dir, Variant(quant="int4_wo"), [])
+    model, _ = simulated_model(demo_hf_dir, Variant(quant="int4_wo"))
     score, _ = score_model(model, baseline["windows"], reference=baseline["predictions"])
     assert score.perplexity > baseline["score"].perplexity * 1.01
     assert score.top1_agreement < 0.99
