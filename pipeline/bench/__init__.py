@@ -18,6 +18,6 @@ One room per concern:
 """
 
 from pipeline.bench.spec import BenchSpec, Dist, Slo, parse_slo
-from pipeline.bench.session import BenchResult, run_bench
+from pipeline.bench.session import BenchEvents, BenchResult, run_bench
 
-__all__ = ["BenchSpec", "Dist", "Slo", "parse_slo", "BenchResult", "run_bench"]
+__all__ = ["BenchSpec", "Dist", "Slo", "parse_slo", "BenchEvents", "BenchResult", "run_bench"]

@@ -167,13 +167,12 @@ def finish_level(run: LevelRun, tokenizer: Any) -> tuple[dict[str, Any], list[M.
     return M.level_summary(run, metrics), metrics
 
 
-async def measure(spec: BenchSpec, runner: Runner, tokenizer: Any, pool: list[BenchRequest], result: BenchResult,
-                  metrics_url: str | None = None, on_level: Callable[[Load], None] | None = None) -> None:
-    """Warm up, then every level of the spec (or the prefill/decode sweep), appending to result."""
-    driver = LevelDriver(runner, metrics_url)
+async def measure(spec: BenchSpec, driver: LevelDriver, tokenizer: Any, pool: list[BenchRequest], result: BenchResult,
+                  on_level: Callable[[Load], None] | None = None) -> None:
+    """Warm up, then every level of the spec (or the prefill/decode sweep) on driver, appending to result."""
     if spec.warmup:
         warm = list(cycle(pool, spec.warmup, start=-spec.warmup))
-        await runner.warmup(warm, concurrency=min(spec.warmup, max(spec.concurrency)))
+        await driver.runner.warmup(warm, concurrency=min(spec.warmup, max(spec.concurrency)))
 
     async def level(load: Load, requests, label: str | None = None) -> dict[str, Any]:
         if on_level:
@@ -255,9 +254,17 @@ def predictions(spec: BenchSpec, result: BenchResult) -> list[dict[str, Any]] | 
     return rows
 
 
+@dataclass(frozen=True)
+class BenchEvents:
+    """What run_bench tells its caller as it goes: each level as it starts, each request as it ends
+    (the CLI draws its progress bars from them)."""
+
+    on_level: Callable[[Load], None] | None = None
+    on_done: Callable[[RequestRecord], None] | None = None
+
+
 def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: ModelInfo | None = None,
-              tokenizer: Any = None, on_done: Callable[[RequestRecord], None] | None = None,
-              on_level: Callable[[Load], None] | None = None, write: bool = True) -> BenchResult:
+              tokenizer: Any = None, events: BenchEvents = BenchEvents(), write: bool = True) -> BenchResult:
     """Measure, then write the reports (under build/<model>/reports/bench-<time>/ or --out).
 
     SLO failures are in result.failed_gates; raising GateFailedError is the caller's choice (the
@@ -287,9 +294,9 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
 
     async def main() -> None:
         t = transport or factory()
-        runner = Runner(t, request_timeout_s=spec.request_timeout_s, on_done=on_done)
+        runner = Runner(t, request_timeout_s=spec.request_timeout_s, on_done=events.on_done)
         try:
-            await measure(spec, runner, tokenizer, pool, result, metrics_url, on_level)
+            await measure(spec, LevelDriver(runner, metrics_url), tokenizer, pool, result, events.on_level)
         finally:
             if own:
                 await t.close()

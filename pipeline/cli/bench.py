@@ -83,7 +83,7 @@ def bench(
     json_output: JsonOpt = False,
 ) -> None:
     """Measure TTFT, TPOT, latency and throughput of a served model; gate on SLOs (exit 4 when one fails)."""
-    from pipeline.bench import BenchSpec, Dist, parse_slo, run_bench
+    from pipeline.bench import BenchEvents, BenchSpec, Dist, parse_slo, run_bench
     from pipeline.bench.gates import FAILED_COLUMNS, failed_rows, require_pass
 
     set_json(json_output)
@@ -111,7 +111,7 @@ def bench(
             if task["id"] is not None:
                 progress.advance(task["id"])
 
-        result = run_bench(spec, on_done=on_done, on_level=on_level)
+        result = run_bench(spec, events=BenchEvents(on_level=on_level, on_done=on_done))
     for note in result.notes:
         OUT.warn(note)
     _print(result)

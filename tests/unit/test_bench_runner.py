@@ -115,7 +115,7 @@ def test_prefill_decode_sweep_reports_growth_and_the_chunked_context_hint() -> N
     """TTFT quadratic in ISL, TPOT linear in context: the sweep's fits and the hint must say so."""
     from pipeline.bench.diagnosis import diagnose
     from pipeline.bench.fakes import word_tokenizer
-    from pipeline.bench.session import BenchResult, measure
+    from pipeline.bench.session import BenchResult, LevelDriver, measure
     from pipeline.bench.spec import BenchSpec, Dist
 
     def script(request):
@@ -127,7 +127,7 @@ def test_prefill_decode_sweep_reports_growth_and_the_chunked_context_hint() -> N
     result = BenchResult(spec=spec, served_model="fake", tokenizer_dir=None)
     tokenizer = word_tokenizer()  # the fake streams " w" per token: one [UNK] token each
 
-    vt.run(measure(spec, _runner(vt, FakeTransport(vt, script)), tokenizer, [], result))
+    vt.run(measure(spec, LevelDriver(_runner(vt, FakeTransport(vt, script)), None), tokenizer, [], result))
     pd = result.prefill_decode
     assert [p["isl"] for p in pd["isl_sweep"]] == [50, 100, 200]
     assert [round(p["ttft_ms_p50"], 3) for p in pd["isl_sweep"]] == [25.0, 100.0, 400.0]
