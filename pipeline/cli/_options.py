@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional, get_args
 
 import typer
 
+from pipeline.deployable import Backend
 from pipeline.errors import InvalidInputError
 from pipeline.output import OUT
 from pipeline.planner.scenario import GOALS, Goal
 
 
-def parse_goal(value: str) -> Goal:
-    """--goal: our own message (exit 2) for a value that is not a goal, as every command said before."""
-    if value not in GOALS:
-        raise InvalidInputError(f"Unknown goal {value!r}.", hint="Use --goal latency or --goal throughput.")
-    return value  # type: ignore[return-value]
+def one_of(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A Typer parser for an option that takes one word of a closed set: any other word gets our own
+    message naming the choices (exit 2), before the command runs."""
+
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise InvalidInputError(f"Unknown {option.removeprefix('--')} {value!r}.",
+                                    hint="Use " + " or ".join(f"{option} {choice}" for choice in choices) + ".")
+        return value
+
+    return parse
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (no progress bars).")]
@@ -24,14 +31,14 @@ GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU key from `pipeline gpus`
 QuantOpt = Annotated[str, typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4.")]
 KvCacheOpt = Annotated[Optional[str], typer.Option("--kv-cache", help="KV-cache precision: fp8 or int8 (default: model dtype).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")]
-GoalOpt = Annotated[Goal, typer.Option("--goal", parser=parse_goal, help="latency (small batch, one optimisation "
+GoalOpt = Annotated[Goal, typer.Option("--goal", parser=one_of("--goal", GOALS), help="latency (small batch, one optimisation "
                                        "profile) or throughput (large batch, multiple profiles): what the build optimises.")]
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel size.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Redo the stage even if an identical artifact exists.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: under build/).")]
 UrlOpt = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT, or an OpenAI-compatible server "
                                      "http(s)://HOST:PORT/v1 (trtllm-serve, transformers serve); the contract is detected.")]
-EndpointOpt = Annotated[str, typer.Option("--endpoint", help="OpenAI servers: chat (/v1/chat/completions; the server "
+EndpointOpt = Annotated[str, typer.Option("--endpoint", parser=one_of("--endpoint", ("chat", "completions")), help="OpenAI servers: chat (/v1/chat/completions; the server "
                                           "applies the chat template) or completions (/v1/completions, raw text).")]
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="auto: every visible GPU (accelerate device_map) when the model fits, else the "
@@ -59,6 +66,7 @@ def spec_from_options(cls, **values):
         raise InvalidInputError(f"{option}: {first['msg']} (got {first.get('input')!r}).",
                                 hint="See --help for the accepted values.") from None
 
+BACKENDS: tuple[str, ...] = get_args(Backend)
 BackendOpt = Annotated[str, typer.Option(
-    "--backend", help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
+    "--backend", parser=one_of("--backend", BACKENDS), help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
     "`pipeline convert --format hf` plus LLM-API options; no engine).")]

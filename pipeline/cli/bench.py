@@ -8,13 +8,13 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import EndpointOpt, JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, set_json
+from pipeline.cli._options import EndpointOpt, JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, one_of, set_json
 from pipeline.errors import InvalidInputError
 from pipeline.output import OUT, simple_table
 
 ConcurrencyOpt = Annotated[str, typer.Option("--concurrency", help="Concurrency levels to sweep, e.g. 1,2,4,8,16.")]
 RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Request-rate mode: requests/s, one or more (e.g. 2 or 1,2,4); replaces the sweep.")]
-ArrivalOpt = Annotated[str, typer.Option("--arrival", help="Arrivals in rate mode: poisson or constant.")]
+ArrivalOpt = Annotated[str, typer.Option("--arrival", parser=one_of("--arrival", ("poisson", "constant")), help="Arrivals in rate mode: poisson or constant.")]
 RequestsOpt = Annotated[Optional[int], typer.Option("--requests", min=1, help="Requests per level (default 4 per concurrent slot, at least 8).")]
 DurationOpt = Annotated[Optional[float], typer.Option("--duration", min=0.001, help="Seconds per level (no request starts after it).")]
 WarmupCountOpt = Annotated[int, typer.Option("--warmup", min=0, help="Warm-up requests before measuring (excluded).")]
@@ -87,10 +87,6 @@ def bench(
     from pipeline.bench.gates import FAILED_COLUMNS, failed_rows, require_pass
 
     set_json(json_output)
-    if arrival not in ("poisson", "constant"):
-        raise InvalidInputError(f"--arrival {arrival!r} is not poisson or constant.", hint="--arrival poisson")
-    if endpoint not in ("chat", "completions"):
-        raise InvalidInputError(f"--endpoint {endpoint!r} is not chat or completions.", hint="--endpoint chat")
     spec = BenchSpec(
         url=url, model=model, endpoint=endpoint, concurrency=_ints(concurrency, "--concurrency"),
         rate=_floats(rate, "--rate") if rate else (), arrival=arrival, requests=requests, duration_s=duration,

@@ -67,8 +67,6 @@ def build(
 
         gpu = detect_gpu_key()
         OUT.info(f"--gpu auto: {gpu}")
-    if backend not in ("tensorrt", "pytorch"):
-        raise InvalidInputError(f"Unknown backend {backend!r}.", hint="Use --backend tensorrt or --backend pytorch.")
     if backend == "pytorch" and (tokens_per_block is not None or gemm_plugin is not None):
         raise InvalidInputError("--tokens-per-block and --gemm-plugin are trtllm-build flags; --backend pytorch builds no engine.",
                                 hint="Drop them (the PyTorch backend's KV block size stays at its default).")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GoalOpt, JsonOpt, set_json
+from pipeline.cli._options import BACKENDS, GoalOpt, JsonOpt, one_of, set_json
 from pipeline.output import OUT, simple_table
 
 ModelSourceOpt = Annotated[str, typer.Option(
@@ -15,7 +15,8 @@ ModelSourceOpt = Annotated[str, typer.Option(
 GpuOrAutoOpt = Annotated[Optional[str], typer.Option(
     "--gpu", help="One GPU key, or `auto` for this machine's GPU (default: every GPU in the table).")]
 BackendFilterOpt = Annotated[Optional[str], typer.Option(
-    "--backend", help="tensorrt or pytorch: list one backend's profiles (default: both).")]
+    "--backend", parser=one_of("--backend", BACKENDS),
+    help="tensorrt or pytorch: list one backend's profiles (default: both).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +27,6 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
              backend: BackendFilterOpt = None, json_output: JsonOpt = False) -> None:
     """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision
     x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
-    from pipeline.errors import InvalidInputError
     from pipeline.paths import stage_dir
     from pipeline.engine.catalog import list_profiles
 
@@ -44,8 +44,6 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
             gpu = detect_gpu_key()
             OUT.info(f"--gpu auto: {gpu}")
         gpus = [gpu]
-    if backend not in (None, "tensorrt", "pytorch"):
-        raise InvalidInputError(f"Unknown backend {backend!r}.", hint="Use --backend tensorrt or --backend pytorch.")
     rows = [r for r in list_profiles(source, model=name, gpus=gpus, goal=goal) if backend in (None, r.backend)]
     table = simple_table(
         f"Build profiles for {model} ({goal}); --json for the full reasons",
