@@ -12,7 +12,8 @@ from pipeline.cli._options import JsonOpt, set_json
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.output import OUT, simple_table
 from pipeline.processes import Terminated
-from pipeline.serve import TRITON_EXIT_TIMEOUT_S, ServerSpec, start_server
+from pipeline.commands import TRITON_EXIT_TIMEOUT_S
+from pipeline.serve import ServerSpec, start_server
 
 ApiOpt = Annotated[str, typer.Option("--api", help=(
     "triton: a Triton model repository from `pipeline render`; openai: a PyTorch-backend deployable "
