@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -165,24 +166,27 @@ def tool_versions(*packages: str) -> dict[str, str]:
     return versions
 
 
-def build_manifest(
-    *,
-    stage: str,
-    inputs: Mapping[str, Any],
-    inputs_hash: str,
-    folder: Path,
-    started: float,
-    packages: tuple[str, ...] = (),
-    extra: Mapping[str, Any] | None = None,
-    files: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ArtifactOrigin:
+    """Where an artifact comes from: the stage that made it, the inputs it records, the hash of what
+    decides its content (a no-op re-run compares it; it may cover more than `inputs` shows), and the
+    packages whose versions made it."""
+
+    stage: str
+    inputs: Mapping[str, Any]
+    inputs_hash: str
+    packages: tuple[str, ...] = ()
+
+
+def build_manifest(origin: ArtifactOrigin, folder: Path, started: float, *, extra: Mapping[str, Any] | None = None,
+                   files: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The manifest of an artifact folder; `files` (default: file_inventory(folder)) lets a stage reuse
     hashes it already knows."""
     return {
-        "stage": stage,
-        "inputs": dict(inputs),
-        "inputs_hash": inputs_hash,
-        "tool_versions": tool_versions(*packages),
+        "stage": origin.stage,
+        "inputs": dict(origin.inputs),
+        "inputs_hash": origin.inputs_hash,
+        "tool_versions": tool_versions(*origin.packages),
         "host": socket.gethostname(),
         "created_unix": time.time(),
         "duration_s": round(time.time() - started, 3),

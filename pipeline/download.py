@@ -40,7 +40,7 @@ from pipeline import resources
 from pipeline.artifacts import (
     MANIFEST_NAME,
     atomic_dir,
-    build_manifest,
+    ArtifactOrigin, build_manifest,
     file_inventory,
     is_up_to_date,
     read_manifest,
@@ -130,12 +130,9 @@ def download(spec: DownloadSpec, reporter: Reporter = SILENT) -> DownloadResult:
         # TensorRT-LLM 1.1's image reads this folder with transformers 4.57.1 (pipeline.hf_compat)
         extra["compat_changes"] = make_folder_compatible(tmp)
         manifest = build_manifest(
-            stage="download",
-            inputs=inputs,
-            inputs_hash=inputs_hash,
-            folder=tmp,
-            started=started,
-            packages=packages,
+            ArtifactOrigin("download", inputs, inputs_hash, packages),
+            tmp,
+            started,
             extra={"model": parsed.model, "source": parsed.display, "kind": parsed.kind, **extra},
         )
         write_json_atomic(tmp / MANIFEST_NAME, manifest)

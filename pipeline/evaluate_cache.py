@@ -10,7 +10,7 @@ from typing import Any
 from pipeline.artifacts import (
     MANIFEST_NAME,
     atomic_dir,
-    build_manifest,
+    ArtifactOrigin, build_manifest,
     is_up_to_date,
     read_manifest,
     sha256_file,
@@ -72,12 +72,9 @@ def store_result(result: EvaluateResult, inputs: dict[str, Any], started: float)
         result = result.model_copy(update={"reports": {k: report_dir / p.name for k, p in reports.items()}})
         write_json_atomic(tmp / f"{REPORT_STEM}.json", result.model_dump(mode="json"))
         manifest = build_manifest(
-            stage="evaluate",
-            inputs=inputs,
-            inputs_hash=result.inputs_hash,
-            folder=tmp,
-            started=started,
-            packages=PACKAGES,
+            ArtifactOrigin("evaluate", inputs, result.inputs_hash, PACKAGES),
+            tmp,
+            started,
             extra={"model": result.model, "hf_dir": str(result.hf_dir)},
         )
         write_json_atomic(tmp / MANIFEST_NAME, manifest)

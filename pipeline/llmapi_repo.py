@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from pipeline import bundle
-from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, is_pytorch_deployable, read_deployable
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.model_repo import (
@@ -126,8 +126,7 @@ def render_llmapi(spec):
         extra = {"runtime": runtime, "layout": "llmapi", "backend": "pytorch", "checks": checks,
                  "profile": manifest.get("profile"), "bundle": summary}
         write_json_atomic(tmp / "manifest.json", build_manifest(
-            stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
-            packages=("jinja2", "tritonclient"), extra=extra, files=bundle.bundle_files(tmp, folder)))
+            ArtifactOrigin("render", inputs, inputs_hash, ("jinja2", "tritonclient")), tmp, started, extra=extra, files=bundle.bundle_files(tmp, folder)))
     return RenderResult(repo=out, runtime=runtime, models=[MODEL], max_batch_size=0, engine=folder,
                         tokenizer=folder / MODEL_SUBDIR, checks=checks, notes=notes, reused=False,
                         duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)

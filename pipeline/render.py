@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from pipeline import bundle
-from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
 from pipeline.model_repo import RenderResult, Runtime, default_out_dir, templates_dir, templates_hash
@@ -113,8 +113,7 @@ def render(spec: RenderSpec) -> RenderResult:
         summary = bundle.describe(root, stats)
         manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary}
         write_json_atomic(tmp / "manifest.json", build_manifest(
-            stage="render", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
-            packages=("jinja2", "tritonclient"), extra=manifest_extra, files=bundle.bundle_files(tmp, engine)))
+            ArtifactOrigin("render", inputs, inputs_hash, ("jinja2", "tritonclient")), tmp, started, extra=manifest_extra, files=bundle.bundle_files(tmp, engine)))
     return result(checks, False, summary)
 
 

@@ -312,7 +312,7 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
 
 def write_run(result: BenchResult, reports: Path) -> Path:
     """reports/bench-<time>/ written atomically (JSON, CSV, Markdown, PNGs, manifest)."""
-    from pipeline.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
+    from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, sha256_json, write_json_atomic
     from pipeline.bench.plots import plot_all
     from pipeline.bench.report import write_reports
 
@@ -322,8 +322,8 @@ def write_run(result: BenchResult, reports: Path) -> Path:
         files = write_reports(result, tmp)
         files.update(plot_all(result, tmp))
         inputs = result.spec.model_dump(mode="json")
-        write_json_atomic(tmp / "manifest.json", build_manifest(stage="bench", inputs=inputs, inputs_hash=sha256_json(inputs),
-                                                                folder=tmp, started=started, packages=("tritonclient", "aiohttp")))
+        write_json_atomic(tmp / "manifest.json", build_manifest(
+            ArtifactOrigin("bench", inputs, sha256_json(inputs), ("tritonclient", "aiohttp")), tmp, started))
     result.out_dir = destination
     result.files = {k: destination / Path(v).name for k, v in files.items()}
     return destination

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.artifacts import atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.engine.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.engine.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
 from pipeline.engine.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
@@ -288,6 +288,12 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
     }
 
 
+def build_origin(plan: BuildPlan | Any) -> ArtifactOrigin:
+    """A build's manifest origin (an engine or a PyTorch deployable): its checkpoint and profile, hashed
+    with everything the plan decided."""
+    return ArtifactOrigin("build", {"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id}, plan.inputs_hash)
+
+
 def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildResult:
     from pipeline.reference_folder import write_reference_engine_dir
 
@@ -302,9 +308,7 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
         write_reference_engine_dir(plan.checkpoint, tmp, build_config,
                                    simulated_quant=(plan.profile.quant, plan.profile.kv_cache))
         timings = {"build_s": round(time.time() - started, 3)}
-        manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
-                                  inputs_hash=plan.inputs_hash, folder=tmp, started=started,
-                                  extra=_manifest_extra(plan, timings, None))
+        manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, None))
         write_json_atomic(tmp / "manifest.json", manifest)
     return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3))
 
@@ -351,9 +355,7 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
         timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}
-        manifest = build_manifest(stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
-                                  inputs_hash=plan.inputs_hash, folder=tmp, started=started,
-                                  extra=_manifest_extra(plan, timings, result.peak_rss_mib))
+        manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, result.peak_rss_mib))
         write_json_atomic(tmp / "manifest.json", manifest)
     return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3),
                        log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)

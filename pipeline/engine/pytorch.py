@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
-from pipeline.engine import PlannedProfile, cached, check_fits, model_folder_name
+from pipeline.engine import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.engine.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.engine.llm_args import check_options, source_commit
 from pipeline.engine.memory import EngineTarget, Limits, default_limits
@@ -316,8 +316,7 @@ def build_pytorch(spec: Any, reporter: Reporter = SILENT) -> TorchResult:
                 progress.advance(task)
         write_text_atomic(tmp / OPTIONS_FILE, options_yaml(plan))
         manifest = build_manifest(
-            stage="build", inputs={"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id},
-            inputs_hash=plan.inputs_hash, folder=tmp, started=started, extra=_manifest_extra(plan, linked, started),
+            build_origin(plan), tmp, started, extra=_manifest_extra(plan, linked, started),
             files=_inventory(tmp, plan.model_source),
         )
         write_json_atomic(tmp / "manifest.json", manifest)

@@ -24,7 +24,7 @@ import yaml
 from pipeline.artifacts import (
     MANIFEST_NAME,
     atomic_dir,
-    build_manifest,
+    ArtifactOrigin, build_manifest,
     is_up_to_date,
     link_or_copy,
     read_manifest,
@@ -187,8 +187,8 @@ def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> P
                           else sha256_file(source), "size": size}
         (tmp / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
         files[OPTIONS_FILE] = {"sha256": sha256_file(tmp / OPTIONS_FILE), "size": (tmp / OPTIONS_FILE).stat().st_size}
-        manifest = build_manifest(stage=OPENAI_BUNDLE_STAGE, inputs=inputs, inputs_hash=inputs_hash, folder=tmp,
-                                  started=started, files=files, packages=("pyyaml",),
+        manifest = build_manifest(ArtifactOrigin(OPENAI_BUNDLE_STAGE, inputs, inputs_hash, ("pyyaml",)), tmp, started,
+                                  files=files,
                                   extra={"profile": profile.model_dump(mode="json"), "backend": PYTORCH_BACKEND,
                                          "bundle": {"model_root": MODEL_MOUNT, "api": "openai"},
                                          "command": trtllm_serve_pod_command(profile)})

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import MANIFEST_NAME, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
+from pipeline.artifacts import MANIFEST_NAME, atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for
@@ -141,8 +141,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
         (tmp / "kustomization.yaml").write_text(dump_yaml([kustomization(list(files), spec.namespace)]), encoding="utf-8")
         (tmp / "Dockerfile").write_text(dockerfile(profile, spec, bundle_hash), encoding="utf-8")
         (tmp / "DEPLOY.md").write_text(deploy_text(spec, bundle_dir, steps, result.notes), encoding="utf-8")
-        manifest = build_manifest(stage="k8s", inputs=inputs, inputs_hash=inputs_hash, folder=tmp, started=started,
-                                  packages=("kubernetes-validate", "pyyaml"),
+        manifest = build_manifest(ArtifactOrigin("k8s", inputs, inputs_hash, ("kubernetes-validate", "pyyaml")), tmp, started,
                                   extra={"engine_dir": str(engine_dir), "bundle_dir": str(bundle_dir), "kind": layout.kind,
                                          "validated_with": result.validated_with, "next_steps": list(steps)})
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.artifacts import (
     atomic_dir,
-    build_manifest,
+    ArtifactOrigin, build_manifest,
     folder_hash,
     is_up_to_date,
     read_manifest,
@@ -30,7 +30,7 @@ from pipeline.paths import model_dir, model_slug, safe_name, stage_dir
 def _write_good(dest: Path, text: str) -> None:
     with atomic_dir(dest) as tmp:
         (tmp / "weights.bin").write_text(text)
-        write_json_atomic(tmp / "manifest.json", build_manifest(stage="t", inputs={"v": text}, inputs_hash=text, folder=tmp, started=time.time()))
+        write_json_atomic(tmp / "manifest.json", build_manifest(ArtifactOrigin("t", {"v": text}, text), tmp, time.time()))
 
 
 def test_failed_stage_leaves_previous_artifact_untouched(tmp_path):
@@ -114,8 +114,7 @@ def _aged_artifact(dest: Path, content: bytes, age_s: float = 3600) -> Path:
         (tmp / "weights.bin").write_bytes(content)
         old = time.time() - age_s
         os.utime(tmp / "weights.bin", (old, old))
-        write_json_atomic(tmp / "manifest.json", build_manifest(stage="t", inputs={}, inputs_hash="h", folder=tmp,
-                                                                started=time.time()))
+        write_json_atomic(tmp / "manifest.json", build_manifest(ArtifactOrigin("t", {}, "h"), tmp, time.time()))
     return dest / "weights.bin"
 
 
@@ -216,8 +215,7 @@ def test_two_runs_in_one_process_do_not_remove_each_other(tmp_path):
                 (tmp / "weights.bin").write_text("first")
                 started.set()
                 release.wait(10)
-                write_json_atomic(tmp / "manifest.json", build_manifest(stage="t", inputs={}, inputs_hash="first",
-                                                                        folder=tmp, started=time.time()))
+                write_json_atomic(tmp / "manifest.json", build_manifest(ArtifactOrigin("t", {}, "first"), tmp, time.time()))
         except BaseException as error:  # noqa: BLE001
             errors.append(error)
 

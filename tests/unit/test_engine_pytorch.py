@@ -140,12 +140,11 @@ def tiny_hf_tokenizer(folder: Path) -> None:
 
 
 def test_manifest_hashes_match_the_files_and_reuse_the_checkpoints(build_root, monkeypatch):
-    from pipeline.artifacts import build_manifest, file_inventory, write_json_atomic
+    from pipeline.artifacts import ArtifactOrigin, build_manifest, file_inventory, write_json_atomic
 
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     # the checkpoint's own manifest as convert writes it: hashes and mtimes of its files
-    write_json_atomic(ckpt / "manifest.json", {**build_manifest(stage="convert", inputs={}, inputs_hash="x", folder=ckpt,
-                                                                started=0.0), "format": "hf"})
+    write_json_atomic(ckpt / "manifest.json", {**build_manifest(ArtifactOrigin("convert", {}, "x"), ckpt, 0.0), "format": "hf"})
     import pipeline.artifacts as artifacts
 
     hashed: list[str] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluate_fixtures import sample_result as _result
-from pipeline.artifacts import build_manifest, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import ArtifactOrigin, build_manifest, read_manifest, sha256_json, write_json_atomic
 from pipeline.cli import run
 from pipeline.errors import InvalidInputError
 from pipeline.jobs import record_in_manifest
@@ -78,8 +78,7 @@ def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
     (ckpt / "config.json").write_text("{}", encoding="utf-8")
     inputs_hash = sha256_json({"x": 1})
     calibration = {"sha256": "c" * 64, "size": 8}
-    write_json_atomic(ckpt / "manifest.json", build_manifest(stage="convert", inputs={"x": 1}, inputs_hash=inputs_hash,
-                                                             folder=ckpt, started=time.time(),
+    write_json_atomic(ckpt / "manifest.json", build_manifest(ArtifactOrigin("convert", {"x": 1}, inputs_hash), ckpt, time.time(),
                                                              extra={"calibration": calibration}))
     result = _result(tmp_path)
     assert record_in_manifest(ckpt, result)["calibration_matches_checkpoint"] is False
@@ -114,8 +113,7 @@ def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    write_json_atomic(ckpt / "manifest.json", build_manifest(stage="convert", inputs={}, inputs_hash="x", folder=ckpt,
-                                                             started=time.time()))
+    write_json_atomic(ckpt / "manifest.json", build_manifest(ArtifactOrigin("convert", {}, "x"), ckpt, time.time()))
     failing = _result(tmp_path)
     monkeypatch.setattr(pipeline.jobs, "evaluate", lambda spec, reporter: failing)
 
