@@ -30,7 +30,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -39,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.deployable import Deployable
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError
-from pipeline.paths import build_root
+from pipeline.paths import new_log_file
 from pipeline.processes import ServerProcess, spawn
 
 Engine = Literal["trtllm-serve", "transformers"]
@@ -146,11 +145,6 @@ class OpenAIServer(ServerProcess):
         return self.spec.stop_timeout_s
 
 
-def default_log_file(engine: Engine) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return build_root() / "logs" / f"{engine}-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:4]}.log"
-
-
 def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Engine | None = None) -> OpenAIServer:
     """Start the server for a deployable (pipeline.deployable.read_deployable), wait until /health and
     /v1/models answer, send a warm-up chat completion, and return it. InvalidInputError for a port in
@@ -167,7 +161,7 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
         command = transformers_serve_command(deployable, spec.host, port, binary=_transformers_binary())
     else:
         command = trtllm_command(deployable, spec.host, port)
-    log_file = Path(spec.log_file).resolve() if spec.log_file else default_log_file(engine)
+    log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 
 from pipeline.errors import InvalidInputError
@@ -14,6 +16,13 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 def build_root() -> Path:
     """The artifact root: $PIPELINE_BUILD_DIR, else ./build."""
     return Path(os.environ.get("PIPELINE_BUILD_DIR", "build")).resolve()
+
+
+def new_log_file(server: str) -> Path:
+    """A fresh log file name for one server start: build/logs/<server>-<time>-<pid>-<random>.log (two starts in
+    one second, or in two processes, never share one)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return build_root() / "logs" / f"{server}-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:4]}.log"
 
 
 def safe_name(name: str, *, what: str = "name") -> str:

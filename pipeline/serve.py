@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipeline.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
 from pipeline.errors import InvalidInputError, ToolMissingError, UnsupportedError
 from pipeline.host import detect_gpu_key
-from pipeline.paths import build_root
+from pipeline.paths import new_log_file
 from pipeline.processes import ServerProcess, spawn
 from pipeline.serve_health import wait_ready, warm_up
 from pipeline.triton_binary import TritonBinary, find_tritonserver
@@ -137,11 +136,6 @@ class TritonServer(ServerProcess):
         return self.spec.exit_timeout_s + STOP_MARGIN_S
 
 
-def default_log_file() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return build_root() / "logs" / f"tritonserver-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:4]}.log"
-
-
 def check_repo(spec: ServerSpec) -> None:
     repo = spec.repo
     if not repo.is_dir():
@@ -212,7 +206,7 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
         command = mpirun_command(spec, binary, mpirun=mpirun)
     else:
         command = tritonserver_command(spec, binary)
-    log_file = Path(spec.log_file).resolve() if spec.log_file else default_log_file()
+    log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file("tritonserver")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **binary.env}
     started = time.monotonic()

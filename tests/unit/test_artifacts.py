@@ -24,7 +24,7 @@ from pipeline.artifacts import (
     write_json_atomic,
 )
 from pipeline.errors import InvalidInputError
-from pipeline.paths import model_dir, model_slug, safe_name, stage_dir
+from pipeline.paths import model_dir, model_slug, new_log_file, safe_name, stage_dir
 
 
 def _write_good(dest: Path, text: str) -> None:
@@ -103,6 +103,13 @@ def test_model_dirs_stay_under_the_build_root(tmp_path):
     assert model_slug("../../etc/passwd") == "etc-passwd"
     with pytest.raises(InvalidInputError):
         model_dir("..", tmp_path)
+
+
+def test_each_server_start_gets_its_own_log_file_under_build_logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
+    first, second = new_log_file("tritonserver"), new_log_file("tritonserver")
+    assert first != second and first.parent == second.parent == tmp_path.resolve() / "logs"
+    assert first.name.startswith("tritonserver-") and first.suffix == ".log"
 
 
 # --- re-runs that scale: size + mtime, hashes only with --verify -------------------------------------
