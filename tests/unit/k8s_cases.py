@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import kubernetes_validate
-import pytest
 import yaml
 
 from pipeline.k8s import KUBERNETES_VERSION, K8sSpec, render_k8s, validate_document
@@ -43,13 +42,6 @@ def make_engine(root: Path, **fields) -> tuple[BuildProfile, Path]:
         (folder / "tokenizer" / "tokenizer.json").write_text("{}")
     (folder / "manifest.json").write_text(json.dumps({"profile": profile.model_dump(mode="json")}), encoding="utf-8")
     return profile, folder
-
-
-def build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The `build` fixture of the k8s tests: an empty build/ under tmp_path, PIPELINE_BUILD_DIR pointing at it."""
-    root = tmp_path / "build"
-    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
-    return root
 
 
 CASES = {

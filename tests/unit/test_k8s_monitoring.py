@@ -12,12 +12,7 @@ import yaml
 
 from pipeline.k8s import TRITON_CORE_METRICS
 
-from k8s_cases import all_docs, build_root, one, render
-
-
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return build_root(tmp_path, monkeypatch)
+from k8s_cases import all_docs, one, render
 
 
 def exported_metric_names(reference_tsv) -> set[str]:
@@ -31,8 +26,8 @@ def exported_metric_names(reference_tsv) -> set[str]:
     return names
 
 
-def test_monitoring_uses_exported_metrics(build: Path, reference_tsv) -> None:
-    _, folder = render(build, "h100-tp2")
+def test_monitoring_uses_exported_metrics(build_root: Path, reference_tsv) -> None:
+    _, folder = render(build_root, "h100-tp2")
     rule = one(folder, "PrometheusRule")["spec"]["groups"][0]["rules"][0]
     expr = " ".join(rule["expr"].split())
     assert re.search(r"rate\(nv_inference_queue_duration_us\{[^}]*\}\[1m\]\).*/.*rate\(nv_inference_compute_infer_duration_us\{[^}]*\}\[1m\]\)", expr)
@@ -51,8 +46,8 @@ def test_monitoring_uses_exported_metrics(build: Path, reference_tsv) -> None:
         assert word in titles, word
 
 
-def test_hpa_reads_the_adapter_metric(build: Path) -> None:
-    _, folder = render(build, "h100-tp1", replicas=2, min_replicas=1, max_replicas=6)
+def test_hpa_reads_the_adapter_metric(build_root: Path) -> None:
+    _, folder = render(build_root, "h100-tp1", replicas=2, min_replicas=1, max_replicas=6)
     hpa = one(folder, "HorizontalPodAutoscaler")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 6)
     metric = hpa["metrics"][0]["pods"]["metric"]["name"]
@@ -96,10 +91,10 @@ def test_templates_name_only_the_values_the_renderer_fills() -> None:
     assert "%{" not in SCALING_RULES
 
 
-def test_dashboards_show_the_recorded_series_the_autoscaler_reads(build: Path) -> None:
+def test_dashboards_show_the_recorded_series_the_autoscaler_reads(build_root: Path) -> None:
     from pipeline.k8s.monitoring import RATIO_RECORD
 
-    _, folder = render(build, "h100-tp1", namespace="llm")
+    _, folder = render(build_root, "h100-tp1", namespace="llm")
     board = next(json.loads(v) for d in all_docs(folder) if d["kind"] == "ConfigMap"
                  for k, v in d["data"].items() if k.endswith(".json"))
     exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]

@@ -73,13 +73,6 @@ def make_llmapi_repo(root: Path, profile: BuildProfile, folder: Path) -> Path:
     return repo
 
 
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "build"
-    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
-    return root
-
-
 def container(folder: Path) -> dict:
     return pod_templates(folder)[0][1]["spec"]["containers"][0]
 
@@ -112,17 +105,17 @@ def dashboard_and_rule_exprs(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_openai_manifests_validate_with_gpu_affinity_and_security(build: Path, tp: int) -> None:
-    profile, folder = make_deployable(build, tp=tp)
+def test_openai_manifests_validate_with_gpu_affinity_and_security(build_root: Path, tp: int) -> None:
+    profile, folder = make_deployable(build_root, tp=tp)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai", model_store="s3", s3_uri="s3://models/demo/openai"))
-    assert result.out_dir == build / "demo" / "k8s" / f"{profile.id}-openai" and result.kind == "Deployment"
+    assert result.out_dir == build_root / "demo" / "k8s" / f"{profile.id}-openai" and result.kind == "Deployment"
     assert_valid(result.out_dir)
     assert_gpu_pod(result.out_dir, profile)
     assert one(result.out_dir, "Deployment")["metadata"]["name"].startswith("trtllm-serve-demo-")
 
 
-def test_openai_command_is_trtllm_serve_on_the_bundle(build: Path) -> None:
-    profile, folder = make_deployable(build, tp=2)
+def test_openai_command_is_trtllm_serve_on_the_bundle(build_root: Path) -> None:
+    profile, folder = make_deployable(build_root, tp=2)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai"))
     command = container(result.out_dir)["command"]
     assert command == trtllm_serve_command("/models/model", "/models/llm_api_options.yaml", "0.0.0.0", 8000, tp_size=2)
@@ -130,7 +123,7 @@ def test_openai_command_is_trtllm_serve_on_the_bundle(build: Path) -> None:
     assert [a for a in command if a.startswith("--")] and all(a in table for a in command if a.startswith("--"))
     # what the command names at /models is in the bundle the stores carry
     bundle = result.bundle_dir
-    assert bundle == build / "demo" / "bundles" / f"{profile.id}-openai"
+    assert bundle == build_root / "demo" / "bundles" / f"{profile.id}-openai"
     assert (bundle / "model" / "config.json").read_text() == (folder / "model" / "config.json").read_text()
     assert (bundle / "model" / "model.safetensors").stat().st_ino == (folder / "model" / "model.safetensors").stat().st_ino
     options = yaml.safe_load((bundle / "llm_api_options.yaml").read_text())
@@ -142,8 +135,8 @@ def test_openai_command_is_trtllm_serve_on_the_bundle(build: Path) -> None:
                                       "model/hf_quant_config.json", "llm_api_options.yaml"}
 
 
-def test_openai_ports_probes_and_scraping(build: Path) -> None:
-    _, folder = make_deployable(build)
+def test_openai_ports_probes_and_scraping(build_root: Path) -> None:
+    _, folder = make_deployable(build_root)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai"))
     c = container(result.out_dir)
     assert c["name"] == "trtllm-serve" and {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 8000}
@@ -159,8 +152,8 @@ def test_openai_ports_probes_and_scraping(build: Path) -> None:
     assert set(monitor["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
 
 
-def test_openai_monitoring_uses_trtllm_serve_metric_names(build: Path) -> None:
-    _, folder = make_deployable(build)
+def test_openai_monitoring_uses_trtllm_serve_metric_names(build_root: Path) -> None:
+    _, folder = make_deployable(build_root)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai", queue_ratio_target=0.5))
     exprs = dashboard_and_rule_exprs(result.out_dir)
     text = " ".join(exprs)
@@ -181,10 +174,10 @@ def test_openai_monitoring_uses_trtllm_serve_metric_names(build: Path) -> None:
     assert "KV-cache" in board["description"] and "GPU memory" in board["description"]  # no counterpart, said so
 
 
-def test_openai_bundle_in_each_store(build: Path, tmp_path: Path) -> None:
+def test_openai_bundle_in_each_store(build_root: Path, tmp_path: Path) -> None:
     from pipeline.k8s.stores import _FILL_SH, _WAIT_SH
 
-    _, folder = make_deployable(build)
+    _, folder = make_deployable(build_root)
     image = render_k8s(K8sSpec(engine_dir=folder, api="openai", model_store="image", image="registry.example/llm:1"))
     assert image.next_steps[0].startswith(f"docker build -f {image.out_dir / 'Dockerfile'} -t registry.example/llm:1 {image.bundle_dir}")
     assert container(image.out_dir)["image"] == "registry.example/llm:1"
@@ -203,8 +196,8 @@ def test_openai_bundle_in_each_store(build: Path, tmp_path: Path) -> None:
     assert (claim / "llm_api_options.yaml").is_file()
 
 
-def test_openai_bundle_reused_and_paths_moved_under_models(build: Path) -> None:
-    profile, folder = make_deployable(build)
+def test_openai_bundle_reused_and_paths_moved_under_models(build_root: Path) -> None:
+    profile, folder = make_deployable(build_root)
     (folder / "model" / "draft").mkdir()
     (folder / "model" / "draft" / "config.json").write_text("{}")
     options = yaml.safe_load((folder / "llm_api_options.yaml").read_text())
@@ -222,11 +215,11 @@ def test_openai_bundle_reused_and_paths_moved_under_models(build: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_llmapi_manifests(build: Path, tmp_path: Path) -> None:
-    profile, folder = make_deployable(build, tp=2)
+def test_llmapi_manifests(build_root: Path, tmp_path: Path) -> None:
+    profile, folder = make_deployable(build_root, tp=2)
     repo = make_llmapi_repo(tmp_path, profile, folder)
     result = render_k8s(K8sSpec(engine_dir=folder, bundle=repo, model_store="s3", s3_uri="s3://models/demo/llmapi"))
-    assert result.out_dir == build / "demo" / "k8s" / profile.id and result.bundle_dir == repo
+    assert result.out_dir == build_root / "demo" / "k8s" / profile.id and result.bundle_dir == repo
     assert_valid(result.out_dir)
     assert_gpu_pod(result.out_dir, profile)
     c = container(result.out_dir)
@@ -242,8 +235,8 @@ def test_llmapi_manifests(build: Path, tmp_path: Path) -> None:
     assert hpa["metric"]["name"] == INFLIGHT_METRIC and hpa["target"]["averageValue"] == str(OPTIONS["max_batch_size"])
 
 
-def test_llmapi_on_the_cpu_reference_runtime(build: Path, tmp_path: Path) -> None:
-    profile, folder = make_deployable(build, gpu="cpu", runtime="reference", quant="fp16")
+def test_llmapi_on_the_cpu_reference_runtime(build_root: Path, tmp_path: Path) -> None:
+    profile, folder = make_deployable(build_root, gpu="cpu", runtime="reference", quant="fp16")
     result = render_k8s(K8sSpec(engine_dir=folder, bundle=make_llmapi_repo(tmp_path, profile, folder)))
     assert_valid(result.out_dir)
     template = pod_templates(result.out_dir)[0][1]
@@ -251,8 +244,8 @@ def test_llmapi_on_the_cpu_reference_runtime(build: Path, tmp_path: Path) -> Non
     assert "--allow-gpu-metrics=false" in container(result.out_dir)["command"]
 
 
-def test_llmapi_without_a_rendered_repository_is_refused(build: Path, tmp_path: Path) -> None:
-    profile, folder = make_deployable(build)
+def test_llmapi_without_a_rendered_repository_is_refused(build_root: Path, tmp_path: Path) -> None:
+    profile, folder = make_deployable(build_root)
     not_llmapi = tmp_path / "ensemble-bundle"
     (not_llmapi / "tensorrt_llm" / "1").mkdir(parents=True)
     (not_llmapi / "manifest.json").write_text(json.dumps({"stage": "render", "bundle": {"model_root": "/models"}}))
@@ -262,12 +255,12 @@ def test_llmapi_without_a_rendered_repository_is_refused(build: Path, tmp_path: 
     assert run(["k8s", "render", "--engine", str(folder), "--bundle", str(unrendered)]) == 2
 
 
-def test_llmapi_renders_the_repository_or_says_how(build: Path) -> None:
+def test_llmapi_renders_the_repository_or_says_how(build_root: Path) -> None:
     """Without --bundle the LLM-API repository comes from `pipeline render`; if that cannot make one,
     exit 2 names the command that would and --api openai."""
     from pipeline.errors import InvalidInputError
 
-    _, folder = make_deployable(build)
+    _, folder = make_deployable(build_root)
     try:
         result = render_k8s(K8sSpec(engine_dir=folder))
     except InvalidInputError as error:
@@ -282,18 +275,18 @@ def test_llmapi_renders_the_repository_or_says_how(build: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_openai_on_an_engine_is_refused(build: Path, capsys: pytest.CaptureFixture) -> None:
-    profile, _ = make_engine(build, gpu="h100-sxm")
+def test_openai_on_an_engine_is_refused(build_root: Path, capsys: pytest.CaptureFixture) -> None:
+    profile, _ = make_engine(build_root, gpu="h100-sxm")
     assert run(["k8s", "render", "--profile", profile.id, "--api", "openai"]) == 2
     err = capsys.readouterr().err
     assert "--api triton" in err and "--backend pytorch" in err
 
 
 @pytest.mark.parametrize("case", ["bogus-api", "cpu-openai", "outside-path", "multi-node", "no-options", "tp-mismatch"])
-def test_bad_pytorch_inputs_exit_2(build: Path, case: str) -> None:
+def test_bad_pytorch_inputs_exit_2(build_root: Path, case: str) -> None:
     fields = {"cpu-openai": dict(gpu="cpu", runtime="reference", quant="fp16"), "multi-node": dict(tp=8, pp=2)}.get(case, {})
     options = {"speculative_config": {"speculative_model_dir": "/data/elsewhere"}} if case == "outside-path" else None
-    _, folder = make_deployable(build, options=options, **fields)
+    _, folder = make_deployable(build_root, options=options, **fields)
     if case == "no-options":
         (folder / "llm_api_options.yaml").unlink()
     if case == "tp-mismatch":  # options asking for 2 GPUs where the profile (the pod's GPUs) has 1
@@ -303,26 +296,26 @@ def test_bad_pytorch_inputs_exit_2(build: Path, case: str) -> None:
     assert run(args) == 2
 
 
-def test_the_options_the_pods_read_are_llm_args_keys(build: Path) -> None:
+def test_the_options_the_pods_read_are_llm_args_keys(build_root: Path) -> None:
     """What the bundle adds (return_perf_metrics) is a field of TensorRT-LLM 1.1.0's LlmArgs (the build stage's table)."""
     llm_args = pytest.importorskip("pipeline.engine.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
     from pipeline.k8s.pytorch import serve_options
 
-    _, folder = make_deployable(build)
+    _, folder = make_deployable(build_root)
     assert llm_args.option_problems(serve_options(folder)) == []
     assert "return_perf_metrics" in llm_args.top_level_fields()
 
 
 @pytest.mark.parametrize("api", ["engine", "llmapi", "openai"])
-def test_every_promql_expression_parses(build: Path, tmp_path: Path, api: str) -> None:
+def test_every_promql_expression_parses(build_root: Path, tmp_path: Path, api: str) -> None:
     """Rules and dashboard panels, for engines and both PyTorch-backend APIs, through a real PromQL parser
     (validate_document only balances parentheses)."""
     promql = pytest.importorskip("promql_parser", reason="pip install promql-parser (the test extra)")
     if api == "engine":
-        profile, engine = make_engine(build, gpu="h100-sxm", tp=2)
+        profile, engine = make_engine(build_root, gpu="h100-sxm", tp=2)
         folder = render_k8s(K8sSpec(engine_dir=engine)).out_dir
     else:
-        profile, deployable = make_deployable(build, tp=2)
+        profile, deployable = make_deployable(build_root, tp=2)
         bundle = make_llmapi_repo(tmp_path, profile, deployable) if api == "llmapi" else None
         folder = render_k8s(K8sSpec(engine_dir=deployable, bundle=bundle, api="openai" if api == "openai" else "triton")).out_dir
     exprs = dashboard_and_rule_exprs(folder)
@@ -333,12 +326,12 @@ def test_every_promql_expression_parses(build: Path, tmp_path: Path, api: str) -
         promql.parse(exprs[0] + ")")
 
 
-def test_kubernetes_validate_cli_and_kustomize_on_openai(build: Path) -> None:
+def test_kubernetes_validate_cli_and_kustomize_on_openai(build_root: Path) -> None:
     """`kubernetes-validate --strict` passes every built-in manifest and `kubectl kustomize` emits them unchanged."""
     import shutil
     import sys
 
-    _, folder = make_deployable(build, tp=2)
+    _, folder = make_deployable(build_root, tp=2)
     out = render_k8s(K8sSpec(engine_dir=folder, api="openai", namespace="llm-serving")).out_dir
     exe = Path(sys.executable).with_name("kubernetes-validate")
     if not exe.exists():
@@ -356,15 +349,15 @@ def test_kubernetes_validate_cli_and_kustomize_on_openai(build: Path) -> None:
     assert [d for d in yaml.safe_load_all(proc.stdout) if d] == all_docs(out)
 
 
-def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build_root: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end on what `pipeline build --backend pytorch` really writes (not a hand-made folder): --api openai
     and --api triton (the LLM-API repository rendered by `pipeline render`) both render, validate and agree with it."""
     from test_engine_pytorch import make_hf_checkpoint
 
-    ckpt = make_hf_checkpoint(build / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h100", "--tp", "2", "--json"]) == 0
     capsys.readouterr()
-    folder = next((build / "tiny" / "engines").iterdir())
+    folder = next((build_root / "tiny" / "engines").iterdir())
     profile = BuildProfile(**json.loads((folder / "manifest.json").read_text())["profile"])
     for api in ("openai", "triton"):
         assert run(["k8s", "render", "--profile", profile.id, "--api", api, "--json"]) == 0

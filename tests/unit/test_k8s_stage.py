@@ -10,21 +10,16 @@ import pytest
 
 from pipeline.cli import run
 
-from k8s_cases import CASES, build_root, make_engine
+from k8s_cases import CASES, make_engine
 
 
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return build_root(tmp_path, monkeypatch)
-
-
-def test_same_inputs_is_a_noop_and_engine_option(build: Path, capsys: pytest.CaptureFixture) -> None:
-    profile, engine = make_engine(build, **CASES["h100-tp2"])
+def test_same_inputs_is_a_noop_and_engine_option(build_root: Path, capsys: pytest.CaptureFixture) -> None:
+    profile, engine = make_engine(build_root, **CASES["h100-tp2"])
     assert run(["k8s", "render", "--engine", str(engine), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["skipped"] is False and first["kind"] == "Deployment" and first["gpus_per_pod"] == 2
     out = Path(first["out_dir"])
-    assert out == build / "demo" / "k8s" / profile.id
+    assert out == build_root / "demo" / "k8s" / profile.id
     stamp = (out / "deployment.yaml").stat().st_mtime_ns
     assert run(["k8s", "render", "--profile", profile.name, "--json"]) == 0  # readable name works too
     second = json.loads(capsys.readouterr().out)
@@ -34,8 +29,8 @@ def test_same_inputs_is_a_noop_and_engine_option(build: Path, capsys: pytest.Cap
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
-def test_out_option(build: Path, tmp_path: Path) -> None:
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+def test_out_option(build_root: Path, tmp_path: Path) -> None:
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     assert run(["k8s", "render", "--profile", profile.id, "--out", str(tmp_path / "k8s-out")]) == 0
     assert (tmp_path / "k8s-out" / "kustomization.yaml").is_file()
 
@@ -54,13 +49,13 @@ def test_out_option(build: Path, tmp_path: Path) -> None:
     ["--namespace", "Bad_NS"],
     ["--queue-ratio-target", "0"],
 ])
-def test_bad_inputs_exit_2(build: Path, args: list[str]) -> None:
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+def test_bad_inputs_exit_2(build_root: Path, args: list[str]) -> None:
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     needs_profile = not any(a in args for a in ("--profile", "--engine")) and args
     assert run(["k8s", "render", *(["--profile", profile.id] if needs_profile else []), *args]) == 2
 
 
-def test_engine_folder_without_profile(build: Path, tmp_path: Path) -> None:
+def test_engine_folder_without_profile(build_root: Path, tmp_path: Path) -> None:
     folder = tmp_path / "engine"
     folder.mkdir()
     (folder / "manifest.json").write_text(json.dumps({"stage": "build"}))

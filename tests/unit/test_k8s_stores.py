@@ -16,12 +16,7 @@ from pipeline.cli import run
 from pipeline.k8s import K8sSpec, render_k8s
 from pipeline.versions import TRITON_IMAGE
 
-from k8s_cases import CASES, build_root, make_engine, one, pod_templates, triton
-
-
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return build_root(tmp_path, monkeypatch)
+from k8s_cases import CASES, make_engine, one, pod_templates, triton
 
 
 def _hadolint() -> str | None:
@@ -38,11 +33,11 @@ def _models_paths(bundle: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", ["h100-tp2", "cpu-reference"])
-def test_manifests_point_at_the_bundle_rendered_for_models(build: Path, case: str) -> None:
-    profile, engine = make_engine(build, **CASES[case])
+def test_manifests_point_at_the_bundle_rendered_for_models(build_root: Path, case: str) -> None:
+    profile, engine = make_engine(build_root, **CASES[case])
     result = render_k8s(K8sSpec(profile_id=profile.id))
     bundle = result.bundle_dir
-    assert bundle == build / "demo" / "bundles" / profile.id
+    assert bundle == build_root / "demo" / "bundles" / profile.id
     assert json.loads((bundle / "manifest.json").read_text())["bundle"]["model_root"] == "/models"
     container = triton(pod_templates(result.out_dir)[0][1])
     assert "--model-repository=/models" in container["command"]
@@ -56,8 +51,8 @@ def test_manifests_point_at_the_bundle_rendered_for_models(build: Path, case: st
     assert (bundle / "manifest.json").stat().st_mtime_ns == stamp
 
 
-def test_image_store_dockerfile_passes_hadolint_and_copies_the_bundle_to_models(build: Path) -> None:
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+def test_image_store_dockerfile_passes_hadolint_and_copies_the_bundle_to_models(build_root: Path) -> None:
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     result = render_k8s(K8sSpec(profile_id=profile.id, model_store="image", image="registry.example/llm:1"))
     dockerfile = result.out_dir / "Dockerfile"
     lines = [l for l in dockerfile.read_text().splitlines() if l and not l.startswith("#")]
@@ -72,8 +67,8 @@ def test_image_store_dockerfile_passes_hadolint_and_copies_the_bundle_to_models(
     assert lint.returncode == 0 and lint.stdout.strip() == "", lint.stdout + lint.stderr
 
 
-def test_pvc_store_fill_job_and_pods_that_wait_for_the_bundle(build: Path) -> None:
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+def test_pvc_store_fill_job_and_pods_that_wait_for_the_bundle(build_root: Path) -> None:
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     result = render_k8s(K8sSpec(profile_id=profile.id, pvc_name="llm-models", bundle_image="registry.example/llm-models:1"))
     bundle_hash = json.loads((result.bundle_dir / "manifest.json").read_text())["inputs_hash"]
     job = one(result.out_dir, "Job")
@@ -93,11 +88,11 @@ def test_pvc_store_fill_job_and_pods_that_wait_for_the_bundle(build: Path) -> No
     assert "fill-models-job.yaml" not in without.files and any("--bundle-image" in n for n in without.notes)
 
 
-def test_fill_and_wait_scripts_copy_the_bundle_manifest_last(build: Path, tmp_path: Path) -> None:
+def test_fill_and_wait_scripts_copy_the_bundle_manifest_last(build_root: Path, tmp_path: Path) -> None:
     """The shell the Job and the init container run, run here with /bin/sh on a real bundle."""
     from pipeline.k8s.stores import _FILL_SH, _WAIT_SH
 
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     result = render_k8s(K8sSpec(profile_id=profile.id, bundle_image="registry.example/llm-models:1"))
     bundle, claim = result.bundle_dir, tmp_path / "claim"
     bundle_hash = json.loads((bundle / "manifest.json").read_text())["inputs_hash"]
@@ -118,8 +113,8 @@ def test_fill_and_wait_scripts_copy_the_bundle_manifest_last(build: Path, tmp_pa
     assert "already in the claim" in sh(_FILL_SH).stdout
 
 
-def test_s3_store_prints_the_upload_and_the_init_container_checks_it(build: Path) -> None:
-    profile, _ = make_engine(build, **CASES["h100-tp1"])
+def test_s3_store_prints_the_upload_and_the_init_container_checks_it(build_root: Path) -> None:
+    profile, _ = make_engine(build_root, **CASES["h100-tp1"])
     result = render_k8s(K8sSpec(profile_id=profile.id, model_store="s3", s3_uri="s3://models/demo/v1"))
     assert result.next_steps[0] == f"aws s3 sync {result.bundle_dir} s3://models/demo/v1 --delete"
     fetch = pod_templates(result.out_dir)[0][1]["spec"]["initContainers"][0]
@@ -128,13 +123,13 @@ def test_s3_store_prints_the_upload_and_the_init_container_checks_it(build: Path
     assert 'aws s3 sync --only-show-errors --no-progress "$1" "$2"' in fetch["command"][2]
 
 
-def test_bundle_option_must_be_rendered_for_models(build: Path, tmp_path: Path) -> None:
+def test_bundle_option_must_be_rendered_for_models(build_root: Path, tmp_path: Path) -> None:
     from pipeline.render import RenderSpec, render as render_repo
 
-    profile, engine = make_engine(build, **CASES["h100-tp1"])
+    profile, engine = make_engine(build_root, **CASES["h100-tp1"])
     local = render_repo(RenderSpec(engine=engine, out=tmp_path / "local")).repo
     assert run(["k8s", "render", "--profile", profile.id, "--bundle", str(local)]) == 2
     for_models = render_repo(RenderSpec(engine=engine, out=tmp_path / "for-models", model_root=Path("/models"))).repo
     assert render_k8s(K8sSpec(profile_id=profile.id, bundle=for_models)).bundle_dir == for_models
-    other, _ = make_engine(build, **CASES["h100-tp2"])
+    other, _ = make_engine(build_root, **CASES["h100-tp2"])
     assert run(["k8s", "render", "--profile", other.id, "--bundle", str(for_models)]) == 2

@@ -14,19 +14,14 @@ import yaml
 
 from pipeline.k8s import KUBERNETES_VERSION, validate_document
 
-from k8s_cases import BUILTIN_API, CASES, all_docs, assert_valid, build_root, render
-
-
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return build_root(tmp_path, monkeypatch)
+from k8s_cases import BUILTIN_API, CASES, all_docs, assert_valid, render
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_every_manifest_validates(build: Path, case: str) -> None:
+def test_every_manifest_validates(build_root: Path, case: str) -> None:
     """Built-in kinds: strict OpenAPI schema of a current Kubernetes; CRDs: structure, and their pod
     templates against the core PodTemplate schema (kubernetes-validate ships no CRD schemas)."""
-    _, folder = render(build, case)
+    _, folder = render(build_root, case)
     assert_valid(folder)
 
 
@@ -42,9 +37,9 @@ def test_validate_document_catches_a_bad_manifest() -> None:
     assert any("bogus" in p for p in problems)
 
 
-def test_kubernetes_validate_cli_strict(build: Path) -> None:
+def test_kubernetes_validate_cli_strict(build_root: Path) -> None:
     """The `kubernetes-validate --strict` command itself passes every built-in manifest (it only warns on CRDs)."""
-    _, folder = render(build, "h200-tp8-pp2-lws")
+    _, folder = render(build_root, "h200-tp8-pp2-lws")
     exe = Path(sys.executable).with_name("kubernetes-validate")
     if not exe.exists():
         pytest.skip(f"kubernetes-validate console script not beside {sys.executable}")
@@ -60,11 +55,11 @@ def test_kubernetes_validate_cli_strict(build: Path) -> None:
 
 
 @pytest.mark.parametrize("case", ["h100-tp2", "h200-tp8-pp2-lws"])
-def test_kubectl_kustomize_equals_render(build: Path, case: str) -> None:
+def test_kubectl_kustomize_equals_render(build_root: Path, case: str) -> None:
     kubectl = shutil.which("kubectl")
     if not kubectl:
         pytest.skip("kubectl is not installed (apt-get install kubectl, or Debian's kubernetes-client)")
-    _, folder = render(build, case, namespace="llm-serving")
+    _, folder = render(build_root, case, namespace="llm-serving")
     proc = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rendered = [d for d in yaml.safe_load_all(proc.stdout) if d]

@@ -12,17 +12,12 @@ from pipeline.cli import run
 from pipeline.gpus import get_gpu
 from pipeline.k8s import HPA_MODEL, LIVE_PATH, READY_PATH
 
-from k8s_cases import CASES, PLANTED_TOKEN, all_docs, build_root, make_engine, one, pod_templates, render, triton
-
-
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return build_root(tmp_path, monkeypatch)
+from k8s_cases import CASES, PLANTED_TOKEN, all_docs, make_engine, one, pod_templates, render, triton
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c != "cpu-reference"])
-def test_gpus_match_world_size_and_gpu_table(build: Path, case: str) -> None:
-    profile, folder = render(build, case)
+def test_gpus_match_world_size_and_gpu_table(build_root: Path, case: str) -> None:
+    profile, folder = render(build_root, case)
     total = 0
     for _role, template, pods in pod_templates(folder):
         limits = triton(template)["resources"]["limits"]
@@ -36,8 +31,8 @@ def test_gpus_match_world_size_and_gpu_table(build: Path, case: str) -> None:
     assert any(d["kind"] == kind for d in all_docs(folder))
 
 
-def test_ports_probes_and_shutdown(build: Path) -> None:
-    _, folder = render(build, "h100-tp2")
+def test_ports_probes_and_shutdown(build_root: Path) -> None:
+    _, folder = render(build_root, "h100-tp2")
     service = one(folder, "Service")
     template = pod_templates(folder)[0][1]
     container = triton(template)
@@ -59,8 +54,8 @@ def test_ports_probes_and_shutdown(build: Path) -> None:
     assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
 
 
-def test_security_and_volumes(build: Path) -> None:
-    _, folder = render(build, "h100-tp2", model_store="s3", s3_uri="s3://models/demo/repo")
+def test_security_and_volumes(build_root: Path) -> None:
+    _, folder = render(build_root, "h100-tp2", model_store="s3", s3_uri="s3://models/demo/repo")
     spec = pod_templates(folder)[0][1]["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -78,21 +73,21 @@ def test_security_and_volumes(build: Path) -> None:
         assert "value" not in env or env["name"] == "HOME"
 
 
-def test_model_store_pvc_and_image(build: Path) -> None:
-    _, folder = render(build, "h100-tp1", pvc_name="llm-models")
+def test_model_store_pvc_and_image(build_root: Path) -> None:
+    _, folder = render(build_root, "h100-tp1", pvc_name="llm-models")
     volumes = {v["name"]: v for v in pod_templates(folder)[0][1]["spec"]["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "llm-models", "readOnly": True}
-    _, folder = render(build, "h100-tp1", model_store="image", image="registry.example/llm:1")
+    _, folder = render(build_root, "h100-tp1", model_store="image", image="registry.example/llm:1")
     template = pod_templates(folder)[0][1]
     assert triton(template)["image"] == "registry.example/llm:1"
     assert "models" not in {v["name"] for v in template["spec"]["volumes"]}
 
 
-def test_no_secret_value_inline(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_secret_value_inline(build_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", PLANTED_TOKEN)
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", PLANTED_TOKEN)
     for case in ("h100-tp2", "h200-tp8-pp2-lws"):
-        _, folder = render(build, case)
+        _, folder = render(build_root, case)
         for path in folder.rglob("*"):
             if path.is_file():
                 assert PLANTED_TOKEN not in path.read_text(encoding="utf-8"), path
@@ -103,12 +98,12 @@ def test_no_secret_value_inline(build: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert not any(d["kind"] == "Secret" for d in all_docs(folder))
 
 
-def test_mpirun_launch_matches_launch_triton_server(build: Path) -> None:
+def test_mpirun_launch_matches_launch_triton_server(build_root: Path) -> None:
     """Same per-rank flags as tensorrtllm_backend's launch_triton_server.py; no mpirun for one rank."""
-    _, folder = render(build, "h100-tp1")
+    _, folder = render(build_root, "h100-tp1")
     command = triton(pod_templates(folder)[0][1])["command"]
     assert command[0] == "tritonserver" and "mpirun" not in command
-    _, folder = render(build, "l40s-tp4-pp2")
+    _, folder = render(build_root, "l40s-tp4-pp2")
     command = triton(pod_templates(folder)[0][1])["command"]
     assert command[:2] == ["mpirun", "--allow-run-as-root"]
     ranks = " ".join(command[2:]).split(" : ")
@@ -123,8 +118,8 @@ def test_mpirun_launch_matches_launch_triton_server(build: Path) -> None:
         assert explicit <= set(args) if rank else not explicit & set(args)
 
 
-def test_multi_node_leader_worker_set(build: Path) -> None:
-    profile, folder = render(build, "h200-tp8-pp2-lws")
+def test_multi_node_leader_worker_set(build_root: Path) -> None:
+    profile, folder = render(build_root, "h200-tp8-pp2-lws")
     lws = one(folder, "LeaderWorkerSet")
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
@@ -139,14 +134,14 @@ def test_multi_node_leader_worker_set(build: Path) -> None:
     assert (("pods/exec",), ("create",)) in verbs
 
 
-def test_world_that_does_not_fill_nodes_is_refused(build: Path) -> None:
-    profile, _ = make_engine(build, gpu="h100-sxm", tp=4, pp=3)  # 12 GPUs over 8-GPU nodes
+def test_world_that_does_not_fill_nodes_is_refused(build_root: Path) -> None:
+    profile, _ = make_engine(build_root, gpu="h100-sxm", tp=4, pp=3)  # 12 GPUs over 8-GPU nodes
     assert run(["k8s", "render", "--profile", profile.id]) == 2
     assert run(["k8s", "render", "--profile", profile.id, "--gpus-per-node", "4"]) == 0
 
 
-def test_cpu_reference_runtime(build: Path) -> None:
-    _, folder = render(build, "cpu-reference")
+def test_cpu_reference_runtime(build_root: Path) -> None:
+    _, folder = render(build_root, "cpu-reference")
     template = pod_templates(folder)[0][1]
     container = triton(template)
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
@@ -154,10 +149,10 @@ def test_cpu_reference_runtime(build: Path) -> None:
     assert "--allow-gpu-metrics=false" in container["command"]
     assert "trtllm-pipeline/image-note" in template["metadata"]["annotations"]
 
-def test_reference_pods_size_threads_from_the_cpu_limit(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reference_pods_size_threads_from_the_cpu_limit(build_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.reference_runtime.engine import intra_op_threads
 
-    _, folder = render(build, "cpu-reference")
+    _, folder = render(build_root, "cpu-reference")
     container = triton(pod_templates(folder)[0][1])
     env = {e["name"]: e for e in container["env"]}
     assert env["PIPELINE_CPU_LIMIT"]["valueFrom"]["resourceFieldRef"] == {
