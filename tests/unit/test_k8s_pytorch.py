@@ -31,9 +31,8 @@ OPTIONS = {"max_batch_size": 16, "max_num_tokens": 4096, "max_seq_len": 2048, "t
 
 def make_deployable(root: Path, options: dict | None = None, **fields) -> tuple[BuildProfile, Path]:
     """engines/<id>/ as `pipeline build --backend pytorch` leaves it (issue 13 contract, item 2)."""
-    values = {"model": "demo", "model_revision": "rev0", "runtime": "tensorrtllm", "gpu": "h100-sxm", "quant": "fp8"}
-    if "backend" in BuildProfile.model_fields:
-        values["backend"] = "pytorch"
+    values = {"model": "demo", "model_revision": "rev0", "runtime": "tensorrtllm", "gpu": "h100-sxm", "quant": "fp8",
+              "backend": "pytorch"}
     values.update(fields)
     profile = BuildProfile(**values)
     folder = root / profile.model / "engines" / profile.id
