@@ -40,7 +40,6 @@ class Served:
     decoupled: bool | None = None
     tokenizer_dir: Path | None = None
     endpoint: Endpoint = "chat"
-    health: int | None = None  # OpenAI: /health's HTTP status (None: the server has no /health)
 
     @property
     def llmapi_options(self) -> dict | None:
@@ -95,8 +94,7 @@ def _detect_openai(base_url: str, model: str | None, endpoint: Endpoint, timeout
         raise StageFailedError(f"{base_url}/models lists no model.", hint="Wait until the server has loaded its model.")
     folder = Path(chosen)
     tokenizer = folder if folder.is_dir() and (folder / "tokenizer_config.json").is_file() else None
-    return Served(kind="openai", url=base_url, model=chosen, endpoint=endpoint, tokenizer_dir=tokenizer,
-                  health=found.health)
+    return Served(kind="openai", url=base_url, model=chosen, endpoint=endpoint, tokenizer_dir=tokenizer)
 
 
 def _detect_triton(url: str, model: str | None) -> Served:

@@ -107,7 +107,6 @@ def choose_engine(deployable: Deployable) -> Engine:
 
 
 def _transformers_binary() -> str:
-    missing = []
     import importlib.util
 
     missing = [name for name in SERVING_MODULES if importlib.util.find_spec(name) is None]

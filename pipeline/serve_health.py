@@ -22,9 +22,6 @@ from pipeline.errors import InvalidInputError, StageFailedError
 if TYPE_CHECKING:
     from pipeline.commands import TritonArgs
 
-WARMUP_MODELS: tuple[str, ...] = ("ensemble", "tensorrt_llm_bls")
-
-
 class StartedTriton(Protocol):
     """What readiness and warm-up read of a started tritonserver (pipeline.serve.TritonServer has it)."""
 
@@ -72,14 +69,6 @@ def repository_index(http_url: str) -> list[dict]:
         return []
 
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _first_line(text: str, limit: int = 400) -> str:
     """Triton quotes Python tracebacks with literal \\n: keep the message, drop the 'At:' frames."""
     text = text.split("\\n\\nAt:")[0].split("\\n")[0].strip().rstrip('"')
@@ -125,7 +114,7 @@ def wait_ready(server: StartedTriton, timeout_s: float) -> None:
     while True:
         code = server.process.poll()
         if code is not None:
-            log_text = _tail(server.log_file, 200)
+            log_text = server.log_tail(200)
             if _PORT_BUSY.search(log_text) and not load_failures(log_text):
                 line = next((l for l in log_text.splitlines() if _PORT_BUSY.search(l)), "")
                 raise InvalidInputError(f"tritonserver could not bind its ports: {line.strip()}",
@@ -145,12 +134,14 @@ def wait_ready(server: StartedTriton, timeout_s: float) -> None:
 
 def _warmup_target(client) -> tuple[str, object] | None:
     """The first ready model that takes text_input, max_tokens and stream (ensemble and BLS first)."""
+    from pipeline.contract import ENSEMBLE_INPUTS, TRITON_FRONT_MODELS
+
     index = [m.name for m in client.get_model_repository_index().models if m.state == "READY"]
-    ordered = [n for n in WARMUP_MODELS if n in index] + sorted(n for n in index if n not in WARMUP_MODELS)
+    ordered = [n for n in TRITON_FRONT_MODELS if n in index] + sorted(n for n in index if n not in TRITON_FRONT_MODELS)
     for name in ordered:
         config = client.get_model_config(name).config
         inputs = {i.name for i in config.input}
-        if {"text_input", "max_tokens", "stream"} <= inputs and config.max_batch_size > 0:
+        if ENSEMBLE_INPUTS <= inputs and config.max_batch_size > 0:
             return name, config
     return None
 

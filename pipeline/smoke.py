@@ -32,10 +32,10 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.client import LLMAPI_INPUTS, LLMAPI_OUTPUTS, GenerateRequest, GenerateResult, generate, is_decoupled
+from pipeline.client import LLMAPI_INPUTS, LLMAPI_OUTPUTS, GenerateRequest, GenerateResult, generate
 from pipeline.contract import ENSEMBLE_INPUTS, TRITON_FRONT_MODELS, Served, detect
 from pipeline.errors import GateFailedError, InvalidInputError, PipelineError
-from pipeline.openai_client import Endpoint, parse_url
+from pipeline.openai_client import Endpoint
 
 _LENGTH_WORDS = ("max_input_len", "max_seq_len", "too long", "exceeds", "longer than", "maximum context",
                  "context length", "max_num_tokens", "prompt length")
@@ -79,7 +79,6 @@ class SmokeReport(BaseModel):
 
 
 def run_smoke(spec: SmokeSpec) -> SmokeReport:
-    parse_url(spec.url)  # a bad --url is refused (exit 2) before anything is sent
     state: dict = {}
     checks: list[CheckResult] = []
     started = time.perf_counter()
@@ -111,8 +110,8 @@ def run_smoke(spec: SmokeSpec) -> SmokeReport:
         try:
             live, ready = client.is_server_live(), client.is_server_ready()
             model_ready = client.is_model_ready(served.model)
-            if model_ready and "decoupled" not in state:
-                state["decoupled"] = is_decoupled(client, served.model)
+            if model_ready and served.decoupled is not None:
+                state["decoupled"] = served.decoupled
         finally:
             client.close()
         return live and ready and model_ready, f"live={live} ready={ready} {served.model} ready={model_ready}" + (

@@ -20,15 +20,12 @@ PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_
 class Chunk(NamedTuple):
     """One streamed response: its text (str, or raw UTF-8 bytes decoded after the run), or an
     error; perf holds server timestamps. A tuple: it is made once per token on the hot path.
-    replace: the text is the whole text so far (the LLM-API model's cumulative text_output), not an addition.
-    output_tokens / prompt_tokens: the server's own counts (OpenAI usage), when it reports them."""
+    replace: the text is the whole text so far (the LLM-API model's cumulative text_output), not an addition."""
 
     text: str | bytes = ""
     error: str | None = None
     perf: dict[str, int] | None = None
     replace: bool = False
-    output_tokens: int | None = None
-    prompt_tokens: int | None = None
 
 
 class Usage(NamedTuple):
