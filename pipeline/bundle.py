@@ -187,13 +187,18 @@ def bundle_files(bundle: Path, engine: Path) -> dict[str, dict[str, Any]]:
     for path, rel in _walk(bundle):
         if rel == MANIFEST_NAME:
             continue
-        size = path.stat().st_size
         known = recorded.get(rel[len(ENGINE_SUBDIR) + 1:]) if rel.startswith(ENGINE_SUBDIR + "/") else None
-        if known and known.get("size") == size and known.get("sha256"):
-            files[rel] = {"sha256": known["sha256"], "size": size}
-        else:
-            files[rel] = {"sha256": sha256_file(path), "size": size}
+        files[rel] = file_record(path, known)
     return files
+
+
+def file_record(path: Path, known: Any = None) -> dict[str, Any]:
+    """{"sha256", "size"} of one file: the sha256 a source manifest recorded for it (`known`, that manifest's
+    entry) when the recorded size is the file's, else the file hashed (weights are gigabytes: hashed once)."""
+    size = Path(path).stat().st_size
+    if isinstance(known, dict) and known.get("size") == size and known.get("sha256"):
+        return {"sha256": known["sha256"], "size": size}
+    return {"sha256": sha256_file(path), "size": size}
 
 
 def recorded_root(repo: Path) -> Path | None:

@@ -28,10 +28,9 @@ from pipeline.artifacts import (
     is_up_to_date,
     link_or_copy,
     read_manifest,
-    sha256_file,
     sha256_json,
 )
-from pipeline.bundle import tree_identity
+from pipeline.bundle import file_record, tree_identity
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
@@ -181,12 +180,9 @@ def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> P
             rel = source.relative_to(engine_dir).as_posix()
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             link_or_copy(source, tmp / rel)
-            size = source.stat().st_size
-            known = recorded.get(rel) or {}  # hashed once at build: weights are gigabytes
-            files[rel] = {"sha256": known["sha256"] if known.get("size") == size and known.get("sha256")
-                          else sha256_file(source), "size": size}
+            files[rel] = file_record(source, recorded.get(rel))  # hashed once at build: weights are gigabytes
         (tmp / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
-        files[OPTIONS_FILE] = {"sha256": sha256_file(tmp / OPTIONS_FILE), "size": (tmp / OPTIONS_FILE).stat().st_size}
+        files[OPTIONS_FILE] = file_record(tmp / OPTIONS_FILE)
         manifest = build_manifest(ArtifactOrigin(OPENAI_BUNDLE_STAGE, inputs, inputs_hash, ("pyyaml",)), tmp, started,
                                   files=files,
                                   extra={"profile": profile.model_dump(mode="json"), "backend": PYTORCH_BACKEND,
