@@ -31,7 +31,7 @@ from pipeline.artifacts import (
     sha256_json,
 )
 from pipeline.bundle import file_record, tree_identity
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, read_deployable
+from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, TENSORRT_BACKEND, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.containers import trtllm_serve_pod_command
@@ -43,7 +43,6 @@ from pipeline.render import RenderSpec, render
 from pipeline.trtllm_serve import MONITORING_OPTIONS
 
 
-PYTORCH_BACKEND = "pytorch"
 OPENAI_BUNDLE_STAGE = "bundle-openai"
 LLMAPI_MODEL_YAML = Path("tensorrt_llm") / "1" / "model.yaml"
 
@@ -51,7 +50,7 @@ LLMAPI_MODEL_YAML = Path("tensorrt_llm") / "1" / "model.yaml"
 def deployable_backend(engine_dir: Path) -> str:
     """"pytorch" for a PyTorch-backend deployable (its manifest's "backend"), else "tensorrt"."""
     manifest = read_manifest(Path(engine_dir)) or {}
-    return str(manifest.get("backend") or (manifest.get("profile") or {}).get("backend") or "tensorrt")
+    return str(manifest.get("backend") or (manifest.get("profile") or {}).get("backend") or TENSORRT_BACKEND)
 
 
 def serving_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Serving:
