@@ -18,15 +18,11 @@ from pipeline.placement import (
 from pipeline.planner import model_spec_from_config
 from pipeline.resources import GIB, GpuMemory, Machine, cgroup_memory_left
 
-FIXTURE_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+from planner_cases import LLAMA_8B
+
 RATES = (10e9, 0.1e9)  # 10 GFLOP/s matmuls, 0.1 G elements/s reductions: stands in for the CPU probe
 FP8 = Job(kind="convert", load_dtype="bfloat16", quant="fp8", quantized=True, samples=64, seq_len=256, batch_size=4)
 FP16 = Job(kind="convert", load_dtype="float16", quant="fp16", samples=0)
-
-
-@pytest.fixture(scope="module")
-def llama8b():
-    return model_spec_from_config(FIXTURE_8B)
 
 
 def host(ram_gib: float, *gpus_gib: float, name: str = "NVIDIA H100 80GB HBM3") -> Machine:
@@ -112,7 +108,7 @@ def test_gpus_get_a_device_map_capped_per_gpu(llama8b) -> None:
 
 
 def test_a_model_bigger_than_the_gpus_is_offloaded_or_refused_with_the_gpu_count() -> None:
-    big = model_spec_from_config(FIXTURE_8B).model_copy(update={"num_layers": 80, "hidden_size": 8192,
+    big = model_spec_from_config(LLAMA_8B).model_copy(update={"num_layers": 80, "hidden_size": 8192,
                                                                 "intermediate_size": 28672, "num_heads": 64})
     offloaded = place(big, FP16, host(400, 79), "auto")  # 70B-shaped: 141 GiB of bf16 weights
     assert offloaded.device == "cuda" and offloaded.offload_bytes > 60 * GIB
@@ -171,4 +167,4 @@ def test_gpt2_config_names_are_understood(tmp_path: Path) -> None:
     shape = model_shape(folder)
     assert (shape.hidden_size, shape.num_layers, shape.num_heads, shape.intermediate_size) == (64, 2, 4, 256)
     assert shape.name == "gpt2-like" and shape.max_position_embeddings == 128
-    assert model_shape(FIXTURE_8B) == model_spec_from_config(FIXTURE_8B)
+    assert model_shape(LLAMA_8B) == model_spec_from_config(LLAMA_8B)

@@ -11,19 +11,13 @@ from pipeline import planner as P
 from pipeline.cli import run
 from pipeline.errors import UnsupportedError
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
-
-
-def _config(tmp_path: Path, **shapes) -> Path:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(shapes), encoding="utf-8")
-    return path
+from planner_cases import LLAMA_8B, write_config
 
 
 def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: Path, capsys) -> None:
-    shapes = json.loads((FIXTURE / "config.json").read_text())
+    shapes = json.loads((LLAMA_8B / "config.json").read_text())
     shapes.update(hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, intermediate_size=28672)
-    config = _config(tmp_path, **shapes)
+    config = write_config(tmp_path, **shapes)
     result = P.plan(P.PlanSpec(model=config, gpu="h100", quant="fp16", isl=1024, osl=1024))
     assert not result.fits and result.prediction is None
     options = {(a.tp, a.quant) for a in result.alternatives}
@@ -50,12 +44,12 @@ def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: P
     ],
 )
 def test_cli_refusals_exit_2(args: list[str], message: str, capsys) -> None:
-    assert run(["plan", "--model", str(FIXTURE), *args]) == 2
+    assert run(["plan", "--model", str(LLAMA_8B), *args]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_cli_json(capsys) -> None:
-    code = run(["plan", "--model", str(FIXTURE), "--gpu", "h200", "--quant", "fp8", "--kv-cache", "fp8",
+    code = run(["plan", "--model", str(LLAMA_8B), "--gpu", "h200", "--quant", "fp8", "--kv-cache", "fp8",
                 "--isl", "2048", "--osl", "256", "--concurrency", "8", "--json"])
     assert code == 0
     data = json.loads(capsys.readouterr().out)

@@ -9,15 +9,8 @@ import pytest
 
 from pipeline import planner as P
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
-
 # README, "Capacity and latency planning": the figure quoted is the cross-validated one (5.3% when written).
 CV_MEDIAN_MAX_PCT, CV_WORST_MAX_PCT = 6.0, 20.0
-
-
-@pytest.fixture(scope="module")
-def llama8b() -> P.ModelSpec:
-    return P.model_spec_from_config(FIXTURE)
 
 
 def test_against_published_trtllm_throughput(llama8b: P.ModelSpec, reference_tsv) -> None:

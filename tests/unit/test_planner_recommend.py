@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from pipeline import planner as P
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
-
-
-@pytest.fixture(scope="module")
-def llama8b() -> P.ModelSpec:
-    return P.model_spec_from_config(FIXTURE)
 
 
 def test_recommend_build(llama8b: P.ModelSpec) -> None:

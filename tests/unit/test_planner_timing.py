@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pipeline import planner as P
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
-
-
-@pytest.fixture(scope="module")
-def llama8b() -> P.ModelSpec:
-    return P.model_spec_from_config(FIXTURE)
+from planner_cases import LLAMA_8B
 
 
 def test_predict_takes_a_config_path_and_returns_the_bench_fields() -> None:
-    prediction = P.predict(P.Scenario(str(FIXTURE), "h100", "fp8", "fp8", 1, 512, 128), 4)
+    prediction = P.predict(P.Scenario(str(LLAMA_8B), "h100", "fp8", "fp8", 1, 512, 128), 4)
     assert prediction.ttft_ms > 0 and prediction.tpot_ms > 0 and prediction.output_tokens_per_s > 0
     assert prediction.batch == 4
 
