@@ -31,7 +31,7 @@ from pipeline.artifacts import (
     sha256_json,
 )
 from pipeline.bundle import file_record, tree_identity
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, TENSORRT_BACKEND, read_deployable
+from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.containers import trtllm_serve_pod_command
@@ -47,15 +47,10 @@ OPENAI_BUNDLE_STAGE = "bundle-openai"
 LLMAPI_MODEL_YAML = Path("tensorrt_llm") / "1" / "model.yaml"
 
 
-def deployable_backend(engine_dir: Path) -> str:
-    """"pytorch" for a PyTorch-backend deployable (its manifest's "backend"), else "tensorrt"."""
-    manifest = read_manifest(Path(engine_dir)) or {}
-    return str(manifest.get("backend") or (manifest.get("profile") or {}).get("backend") or TENSORRT_BACKEND)
-
-
 def serving_for(spec: K8sSpec, engine_dir: Path, profile: BuildProfile) -> Serving:
-    """What the pods run for this folder and --api; refuses the pairs that cannot work (exit 2)."""
-    backend = deployable_backend(engine_dir)
+    """What the pods run for this folder (profile: its manifest's, whose backend is pytorch for a
+    PyTorch-backend deployable and tensorrt for every engine) and --api; refuses the pairs that cannot work (exit 2)."""
+    backend = profile.backend
     if backend != PYTORCH_BACKEND:
         if spec.api == "openai":
             raise InvalidInputError(
