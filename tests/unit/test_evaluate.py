@@ -8,14 +8,17 @@ from pathlib import Path
 from pipeline.cli import run
 
 
-def test_cli_refuses_bad_inputs_before_loading_anything(tmp_path: Path):
+def test_cli_refuses_bad_inputs_before_loading_anything(tmp_path: Path, capsys):
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8"]) == 2  # no config.json
     (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp9"]) == 2
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--kv-cache", "int3"]) == 2
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--max-delta", "-1"]) == 2
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--data", str(tmp_path / "no.txt")]) == 2
+    capsys.readouterr()
     assert run(["evaluate", "--model", str(tmp_path), "--quant", "fp8", "--record-in", str(tmp_path / "ckpt")]) == 2
+    # config.json {} would exit 2 anyway: the refusal must be --record-in's, a folder without a manifest
+    assert f"{tmp_path / 'ckpt'} has no readable manifest.json." in capsys.readouterr().err
 
 
 def test_same_inputs_again_reuse_the_stored_figures_with_this_gate(tmp_path: Path, monkeypatch):
