@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeline import bundle
 from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, sha256_json, write_json_atomic
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, is_pytorch_deployable, read_deployable
+from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.model_repo import (
     LEFTOVER_MARKERS, RenderResult, default_out_dir, package_folder, parse_model_config, templates_dir, templates_hash,
@@ -46,9 +46,9 @@ ENGINE_ONLY_FIELDS = ("tokenizer", "batching_strategy", "batch_scheduler_policy"
 
 
 def looks_like_deployable(folder: Path) -> bool:
-    """What render hands to this module: a folder with llm_api_options.yaml, or one pipeline.deployable
-    recognises (read_deployable then says what is wrong with an incomplete one)."""
-    return (Path(folder) / OPTIONS_FILE).is_file() or is_pytorch_deployable(folder)
+    """What render hands to this module: a folder with llm_api_options.yaml (every PyTorch-backend deployable
+    has one; read_deployable then says what is wrong with an incomplete one)."""
+    return (Path(folder) / OPTIONS_FILE).is_file()
 
 
 def read_llmapi_deployable(folder: Path) -> Deployable:
@@ -111,12 +111,14 @@ def render_llmapi(spec):
     inputs_hash = sha256_json(inputs)
     notes = [f"runtime {runtime}: " + ("pipeline's reference runtime on the CPU (deployable built with --gpu cpu)"
                                        if runtime == "reference" else "tensorrt_llm.LLM, TensorRT-LLM's PyTorch backend")]
-    if not spec.force and is_up_to_date(out, inputs_hash):
-        summary = bundle.summary(out)
+
+    def result(checks: dict[str, str], reused: bool, summary: dict) -> RenderResult:
         return RenderResult(repo=out, runtime=runtime, models=[MODEL], max_batch_size=0, engine=folder,
-                            tokenizer=folder / MODEL_SUBDIR, checks={"reused": "same inputs as the existing repository"},
-                            notes=notes, reused=True, duration_s=round(time.time() - started, 3), model_root=root,
-                            bundle=summary)
+                            tokenizer=folder / MODEL_SUBDIR, checks=checks, notes=notes, reused=reused,
+                            duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
+
+    if not spec.force and is_up_to_date(out, inputs_hash):
+        return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_llmapi_repository(templates, tmp, context)
         checks = check_llmapi_repository(tmp, decoupled=spec.decoupled)
@@ -127,9 +129,7 @@ def render_llmapi(spec):
                  "profile": manifest.get("profile"), "bundle": summary}
         write_json_atomic(tmp / "manifest.json", build_manifest(
             ArtifactOrigin("render", inputs, inputs_hash, ("jinja2", "tritonclient")), tmp, started, extra=extra, files=bundle.bundle_files(tmp, folder)))
-    return RenderResult(repo=out, runtime=runtime, models=[MODEL], max_batch_size=0, engine=folder,
-                        tokenizer=folder / MODEL_SUBDIR, checks=checks, notes=notes, reused=False,
-                        duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
+    return result(checks, False, summary)
 
 
 def llmapi_context(options: dict, runtime: str, model_path: Path, decoupled: bool,
