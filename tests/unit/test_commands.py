@@ -3,8 +3,6 @@ trtllm-serve's against the upstream option table (tensorrt_llm/commands/serve.py
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -81,14 +79,3 @@ def test_unknown_options_and_choices_are_bugs() -> None:
         trtllm_serve_option("--backend", "onnx")
     with pytest.raises(ValueError, match="--config"):
         trtllm_serve_option("--config", "o.yaml")  # the alias of later releases; 1.1.0 has --extra_llm_api_options only
-
-
-def test_installed_trtllm_serve_knows_every_option_we_pass() -> None:
-    """On the GPU image: the real `trtllm-serve serve --help` lists every option the builder emits."""
-    binary = shutil.which("trtllm-serve")
-    if binary is None:
-        pytest.skip("trtllm-serve is not installed here (TensorRT-LLM only installs in the GPU image)")
-    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=300).stdout
-    for arg in trtllm_serve_command("m", "o.yaml"):
-        if arg.startswith("--"):
-            assert arg in help_text, arg
