@@ -103,7 +103,7 @@ class Job:
         self.frequency_penalty = _scalar(request, "sampling_param_frequency_penalty", float)
         self.presence_penalty = _scalar(request, "sampling_param_presence_penalty", float)
         stop = _tensor(request, "sampling_param_stop")
-        self.stop = [s for s in (_text(v) for v in stop.reshape(-1))] if stop is not None else []
+        self.stop = [_text(v) for v in stop.reshape(-1)] if stop is not None else []
         if any(s == "" for s in self.stop):
             raise ValueError("sampling_param_stop holds an empty string")
         self.exclude_input = _scalar(request, "sampling_param_exclude_input_from_output", bool, False)
