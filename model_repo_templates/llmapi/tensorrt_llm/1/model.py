@@ -328,7 +328,9 @@ class _ReferenceEngine:
             top_p = 1.0  # a temperature alone samples from the whole distribution, as the LLM API does
         sampling = SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p, seed=job.seed)
         request = GenerationRequest(input_ids=prompt_ids, max_new_tokens=job.max_tokens, sampling=sampling,
-                                    streaming=True,  # every token: stop strings are matched on the text
+                                    # an event per token only where it is sent or stop strings are matched on the
+                                    # text; else the final event alone, which carries every token
+                                    streaming=job.streaming or bool(job.stop),
                                     return_log_probs=job.want["return_cumulative_logprob"])
         state = {"id": None, "ended": False, "early": []}
         lock = threading.RLock()
