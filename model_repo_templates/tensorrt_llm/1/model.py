@@ -43,7 +43,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline.reference_runtime.engine import ReferenceEngine
-from pipeline.reference_runtime.kv_cache import KvCacheError
+from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
@@ -325,7 +325,7 @@ class TritonPythonModel:
         if flags["return_perf_metrics"]:
             for name, value in event.timings_ns.items():
                 tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int64)))
-            blocks = -(-(len(prompt) + len(event.tokens)) // self.tokens_per_block)
+            blocks = blocks_for(len(prompt) + len(event.tokens), self.tokens_per_block)
             for name, value in (("kv_cache_alloc_new_blocks", blocks), ("kv_cache_reused_blocks", 0),
                                 ("kv_cache_alloc_total_blocks", blocks), ("total_accepted_draft_tokens", 0),
                                 ("total_draft_tokens", 0)):

@@ -317,6 +317,7 @@ class _ReferenceEngine:
                                 "best-of sampling" if name.endswith("best_of") else "sampling penalties")
 
     def submit(self, job, emit, fail, is_cancelled):
+        from pipeline.reference_runtime.kv_cache import blocks_for
         from pipeline.reference_runtime.requests import GenerationRequest, RequestError
         from pipeline.reference_runtime.sampling import SamplingOptions
 
@@ -338,7 +339,7 @@ class _ReferenceEngine:
         tokens_per_block = self.limits["tokens_per_block"]
 
         def perf(event):
-            blocks = -(-(len(prompt_ids) + len(event.tokens)) // tokens_per_block)
+            blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
             return {**event.timings_ns, "kv_cache_reused_block": 0, "kv_cache_missed_block": blocks,
                     "kv_cache_alloc_new_blocks": blocks, "kv_cache_alloc_total_blocks": blocks,
                     "kv_cache_hit_rate": 0.0, "acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
