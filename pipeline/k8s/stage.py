@@ -15,7 +15,7 @@ from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for
 from pipeline.k8s.inputs import bundle_for, engine_bytes, find_engine, profile_from_engine, python_stub_count
-from pipeline.k8s.layout import Ctx, Served, default_name, one_pod_per_replica, plan_layout
+from pipeline.k8s.layout import Ctx, Layout, Served, default_name, one_pod_per_replica, plan_layout
 from pipeline.k8s.monitoring import (
     DASHBOARDS,
     SCALING_RULES,
@@ -54,11 +54,12 @@ class K8sResult:
     next_steps: tuple[str, ...] = ()
 
 
-def render_manifests(profile: BuildProfile, spec: K8sSpec, served: Served | None = None,
+def render_manifests(profile: BuildProfile, spec: K8sSpec, served: Served | None = None, layout: Layout | None = None,
                      **fields: Any) -> dict[str, list[dict[str, Any]]]:
     """File name -> documents, in the order kustomization.yaml lists them. Pure: writes nothing.
     `served` (or its fields as keywords: size_bytes, bundle_hash, python_stubs, serving, max_batch_size)
-    describes the bundle and its server; render_k8s reads them from the engine or deployable folder."""
+    describes the bundle and its server; render_k8s reads them from the engine or deployable folder.
+    `layout`: plan_layout(profile, its GPU, spec.gpus_per_node) where the caller has it already."""
     served = replace(served or Served(), **fields)
     gpu = get_gpu(profile.gpu)
     if gpu.is_cpu != (profile.runtime == "reference"):
@@ -67,7 +68,7 @@ def render_manifests(profile: BuildProfile, spec: K8sSpec, served: Served | None
     if not gpu.is_cpu and not gpu.product_label:
         raise UnsupportedError(f"The GPU table has no nvidia.com/gpu.product label for {gpu.key}.",
                                hint="Add its GPU Feature Discovery product label to pipeline/data/gpus.json.")
-    layout = plan_layout(profile, gpu, spec.gpus_per_node)
+    layout = layout or plan_layout(profile, gpu, spec.gpus_per_node)
     one_pod_per_replica(layout, spec, served.serving)
     ctx = Ctx(profile, gpu, spec, layout, spec.name or default_name(profile, spec.api), served)
     files: dict[str, list[dict[str, Any]]] = {"serviceaccount.yaml": [service_account(ctx)]}
@@ -104,7 +105,8 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
         raise InvalidInputError(f"Engine folder {engine_dir} does not exist.", hint="Run `pipeline build` first or fix --engine.")
     profile = profile_from_engine(engine_dir)
     serving = serving_for(spec, engine_dir, profile)
-    one_pod_per_replica(plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node), spec, serving)  # before any bundle
+    layout = plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node)
+    one_pod_per_replica(layout, spec, serving)  # before any bundle
     size = engine_bytes(engine_dir)
     batch = 0
     if serving == "ensemble":
@@ -116,12 +118,10 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     bundle_hash = str((read_manifest(bundle_dir) or {}).get("inputs_hash") or "")
     served = Served(serving=serving, size_bytes=size, bundle_hash=bundle_hash, python_stubs=python_stub_count(bundle_dir),
                     max_batch_size=batch)
-    files = render_manifests(profile, spec, served)
+    files = render_manifests(profile, spec, served, layout)
     problems = validate_files(files)
     if problems:  # a bug in the renderer, never the user's input: say exactly what
         raise RuntimeError("Rendered manifests failed validation:\n" + "\n".join(problems))
-    gpu = get_gpu(profile.gpu)
-    layout = plan_layout(profile, gpu, spec.gpus_per_node)
     out = Path(spec.out).resolve() if spec.out else stage_dir(profile.model, "k8s", profile.id + ("-openai" if serving == "openai" else ""))
     options = spec.model_dump(mode="json", exclude={"out", "force", "profile_id", "engine_dir"})
     inputs = {"profile": profile.model_dump(mode="json"), "spec": options, "bundle": bundle_hash,
