@@ -107,7 +107,6 @@ def run_engine_job(
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
     from pipeline.engine import BuildSpec, build_engine, plan_build
-    from pipeline.engine.pytorch import build_pytorch, plan_pytorch
     from pipeline.convert import ConvertSpec, convert
     from pipeline.gpus import check_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
@@ -153,22 +152,17 @@ def run_engine_job(
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal)
     t = time.perf_counter()
     if spec.dry_run:
+        plan = plan_build(build_spec)
         if pytorch:
-            planned = plan_pytorch(build_spec)
-            options = planned.options
-            steps.record("build (dry run)", t, planned.deploy_dir,
-                         f"{planned.profile_name}: max_batch_size {options['max_batch_size']}, "
-                         f"max_num_tokens {options['max_num_tokens']}, max_seq_len {options['max_seq_len']}")
+            options = plan.options
+            detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "
+                      f"max_num_tokens {options['max_num_tokens']}, max_seq_len {options['max_seq_len']}")
         else:
-            plan = plan_build(build_spec)
-            steps.record("build (dry run)", t, plan.engine_dir, plan.command_line or plan.profile_name)
+            detail = plan.command_line or plan.profile_name
+        steps.record("build (dry run)", t, plan.output_dir, detail)
         return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
-    if pytorch:
-        built = build_pytorch(build_spec, reporter)
-        engine_dir = built.deploy_dir
-    else:
-        built = build_engine(build_spec, reporter)
-        engine_dir = built.engine_dir
+    built = build_engine(build_spec, reporter)
+    engine_dir = built.output_dir
     steps.record("build", t, engine_dir, f"{built.plan.profile_name}{' (cached)' if built.cached else ''}")
 
     t = time.perf_counter()

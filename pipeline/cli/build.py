@@ -59,7 +59,6 @@ def build(
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
     from pipeline.engine import BuildSpec, build_engine, plan_build
-    from pipeline.errors import InvalidInputError
 
     set_json(json_output)
     if gpu == "auto":
@@ -67,31 +66,23 @@ def build(
 
         gpu = detect_gpu_key()
         OUT.info(f"--gpu auto: {gpu}")
-    if backend == "pytorch" and (tokens_per_block is not None or gemm_plugin is not None):
-        raise InvalidInputError("--tokens-per-block and --gemm-plugin are trtllm-build flags; --backend pytorch builds no engine.",
-                                hint="Drop them (the PyTorch backend's KV block size stays at its default).")
     spec = BuildSpec(
         gpu=gpu, checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
         backend=backend,
     )
-    if backend == "pytorch":
-        from pipeline.engine.pytorch import build_pytorch, plan_pytorch
-
-        plan_fn, build_fn, text_fn, made = plan_pytorch, build_pytorch, torch_plan_text, "written"
-    else:
-        plan_fn, build_fn, text_fn, made = plan_build, build_engine, plan_text, "built"
+    pytorch = backend == "pytorch"
     if dry_run:
-        plan = plan_fn(spec)
-        OUT.result(plan, text=text_fn(plan))
+        plan = plan_build(spec)
+        OUT.result(plan, text=torch_plan_text(plan) if pytorch else plan_text(plan))
         return
-    result = build_fn(spec, OutputReporter())
+    result = build_engine(spec, OutputReporter())
     for note in result.plan.notes:
         OUT.warn(note)
-    verb = "up to date (cached)" if result.cached else made
+    verb = "up to date (cached)" if result.cached else "written" if pytorch else "built"
     OUT.result(result, text=f"{result.plan.profile_name} ({result.plan.profile_id}) {verb} in {result.duration_s:.2f} s: "
-               f"{result.plan.deploy_dir if backend == 'pytorch' else result.engine_dir}")
+               f"{result.output_dir}")
 
 
 def _memory_line(m) -> str:

@@ -22,7 +22,7 @@ from pipeline.engine.checkpoint import CheckpointInfo, find_checkpoint, read_che
 from pipeline.engine.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
 from pipeline.engine.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
 from pipeline.engine.runner import run_logged
-from pipeline.deployable import DEFAULT_BACKEND, Backend
+from pipeline.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
 from pipeline.download_sources import parse_source
@@ -85,6 +85,11 @@ class BuildPlan(PlannedProfile):
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
 
+    @property
+    def output_dir(self) -> Path:
+        """Where the build writes (both backends' plans and results have one)."""
+        return self.engine_dir
+
 
 class BuildResult(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -95,6 +100,10 @@ class BuildResult(BaseModel):
     duration_s: float
     log_path: Path | None = None
     peak_rss_mib: float | None = None
+
+    @property
+    def output_dir(self) -> Path:
+        return self.engine_dir
 
 
 def _resolve_checkpoint(spec: BuildSpec, gpu: GpuSpec) -> CheckpointInfo:
@@ -186,8 +195,13 @@ def check_fits(name: str, target: EngineTarget, limits: Limits) -> tuple[MemoryE
     return memory, notes
 
 
-def plan_build(spec: BuildSpec) -> BuildPlan:
-    """Everything about a build, decided before any work: refuses what the GPU cannot run or hold."""
+def plan_build(spec: BuildSpec) -> BuildPlan | Any:
+    """Everything about a build, decided before any work: refuses what the GPU cannot run or hold.
+    `--backend pytorch` plans a deployable instead (pipeline.engine.pytorch.TorchPlan)."""
+    if spec.backend == PYTORCH_BACKEND:
+        from pipeline.engine.pytorch import plan_pytorch
+
+        return plan_pytorch(spec)
     gpu = get_gpu(spec.gpu)
     ckpt = _resolve_checkpoint(spec, gpu)
     notes: list[str] = []
@@ -361,9 +375,13 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                        log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)
 
 
-def build_engine(spec: BuildSpec, reporter: Reporter = SILENT) -> BuildResult:
-    """Build (or find already built) the engine the spec describes; trtllm-build's progress goes to
-    reporter (silent by default)."""
+def build_engine(spec: BuildSpec, reporter: Reporter = SILENT) -> BuildResult | Any:
+    """Build (or find already built) the engine the spec describes, or with `--backend pytorch` the
+    deployable (pipeline.engine.pytorch.TorchResult); progress goes to reporter (silent by default)."""
+    if spec.backend == PYTORCH_BACKEND:
+        from pipeline.engine.pytorch import build_pytorch
+
+        return build_pytorch(spec, reporter)
     started = time.time()
     plan = plan_build(spec)
     if not spec.force and cached(plan.engine_dir, plan.inputs_hash):

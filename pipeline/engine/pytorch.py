@@ -70,6 +70,10 @@ class TorchPlan(PlannedProfile):
     simulated: dict[str, str] | None = None
     plan_only: str = ""  # non-empty: the input can be planned but not built (what to run first)
 
+    @property
+    def output_dir(self) -> Path:
+        return self.deploy_dir
+
 
 class TorchResult(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -78,6 +82,10 @@ class TorchResult(BaseModel):
     deploy_dir: Path
     cached: bool
     duration_s: float
+
+    @property
+    def output_dir(self) -> Path:
+        return self.deploy_dir
 
 
 def cuda_graph_batch_sizes(max_batch_size: int) -> list[int]:
@@ -254,6 +262,9 @@ def _model_source_problem(folder: Path) -> str:
 
 def plan_pytorch(spec: Any) -> TorchPlan:
     """Everything about the deployable, decided before any work: refuses what the GPU cannot run or hold."""
+    if spec.tokens_per_block is not None or spec.gemm_plugin is not None:
+        raise InvalidInputError("--tokens-per-block and --gemm-plugin are trtllm-build flags; --backend pytorch builds no engine.",
+                                hint="Drop them (the PyTorch backend's KV block size stays at its default).")
     gpu = get_gpu(spec.gpu)
     if (spec.pp or 1) > 1:
         raise UnsupportedError("--pp with --backend pytorch is not planned here: the LLM API shards with --tp.",

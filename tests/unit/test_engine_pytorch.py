@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pipeline.artifacts import read_manifest
-from pipeline.engine import BuildSpec, build_engine
+from pipeline.engine import BuildSpec, build_engine, plan_build
 from pipeline.engine.pytorch import build_pytorch, plan_pytorch
 from pipeline.cli import run
 from pipeline.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
@@ -163,6 +163,19 @@ def test_cached_then_force_rewrites(build_root):
     assert again.cached and not first.cached and again.deploy_dir == first.deploy_dir
     forced = build_pytorch(spec(gpu="h100", checkpoint=ckpt, force=True))
     assert not forced.cached
+
+
+def test_the_build_stage_follows_the_specs_backend(build_root):
+    """build_engine and plan_build make the deployable for backend="pytorch", as the CLI and the engine job call
+    them; a trtllm-build flag is refused there too, not only by the CLI."""
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    planned = plan_build(spec(gpu="h100", checkpoint=ckpt))
+    built = build_engine(spec(gpu="h100", checkpoint=ckpt))
+    assert planned.output_dir == built.output_dir == built.deploy_dir and (built.deploy_dir / OPTIONS_FILE).is_file()
+    assert built.plan.profile.backend == "pytorch"
+    with pytest.raises(InvalidInputError) as refused:
+        plan_build(spec(gpu="h100", checkpoint=ckpt, tokens_per_block=64))
+    assert "--tokens-per-block and --gemm-plugin are trtllm-build flags" in refused.value.message
 
 
 def test_refusals_exit_2(build_root, capsys):
