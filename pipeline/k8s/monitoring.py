@@ -74,10 +74,7 @@ def scaling_rules() -> dict[str, dict[str, str]]:
 
 
 RATIO_RECORD = scaling_rules()["ensemble"]["record"]
-RATIO_METRIC = scaling_rules()["ensemble"]["metric"]  # the name prometheus-adapter gives the HPA
-INFLIGHT_RECORD = scaling_rules()["llmapi"]["record"]
 INFLIGHT_METRIC = scaling_rules()["llmapi"]["metric"]
-OPENAI_RATIO_RECORD = scaling_rules()["openai"]["record"]
 OPENAI_RATIO_METRIC = scaling_rules()["openai"]["metric"]
 
 
@@ -138,13 +135,14 @@ def adapter_config(ctx: Ctx) -> dict[str, Any]:
 
 def hpa(ctx: Ctx) -> dict[str, Any]:
     low, high = ctx.spec.hpa_bounds
+    scale = scaling(ctx)
     target = ({"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": ctx.name} if ctx.lws
               else {"apiVersion": "apps/v1", "kind": "Deployment", "name": ctx.name})
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": ctx.meta(),
             "spec": {"scaleTargetRef": target, "minReplicas": low, "maxReplicas": high,
-                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": scaling(ctx).metric},
+                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": scale.metric},
                                                            "target": {"type": "AverageValue",
-                                                                      "averageValue": scaling(ctx).target}}}],
+                                                                      "averageValue": scale.target}}}],
                      # engines take minutes to load: add one replica at a time, remove slowly
                      "behavior": {"scaleUp": {"stabilizationWindowSeconds": 60,
                                               "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}]},
