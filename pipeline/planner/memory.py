@@ -168,3 +168,15 @@ def refuse_no_fit(scenario: Scenario) -> None:
         f"{s.model.name} at {s.quant.name} on {s.tp}x {s.gpu.key} leaves no room for one {s.isl + s.osl}-token sequence.",
         hint=what_fits_hint(scenario),
     )
+
+
+def fitting_memory(scenario: Scenario, build: dict) -> MemoryPlan:
+    """The memory plan of a recommended build (its max_num_tokens, max_batch_size and KV fraction); refuses,
+    naming what would fit, when not even one ISL+OSL sequence fits."""
+    memory = memory_plan(
+        scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
+        kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
+    )
+    if not memory.fits:
+        refuse_no_fit(scenario)
+    return memory

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.planner.memory import DEFAULT_KV_FRACTION, memory_plan, refuse_no_fit
+from pipeline.planner.memory import DEFAULT_KV_FRACTION, fitting_memory, memory_plan
 from pipeline.planner.scenario import Goal, Scenario
 
 MAX_BATCH_CAP = 4096  # beyond this the decoder buffers grow without throughput gain
@@ -39,12 +39,7 @@ def recommend_build(scenario: Scenario, goal: Goal) -> dict[str, Any]:
     Raises UnsupportedError (naming what would fit) when not even one ISL+OSL sequence fits."""
     scenario.check()
     build = recommend(scenario, goal)
-    memory = memory_plan(
-        scenario, max_num_tokens=build["max_num_tokens"],
-        max_batch_size=build["max_batch_size"], kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
-    )
-    if not memory.fits:
-        refuse_no_fit(scenario)
+    fitting_memory(scenario, build)
     return build
 
 

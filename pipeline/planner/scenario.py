@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pipeline.errors import InvalidInputError
 from pipeline.gpus import GpuSpec, check_precision, get_gpu
@@ -19,7 +19,7 @@ from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
 from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Goal = Literal["latency", "throughput"]
-GOALS: tuple[str, ...] = ("latency", "throughput")
+GOALS: tuple[str, ...] = get_args(Goal)
 
 
 def as_quant(quant: QuantFormat | str) -> QuantFormat:

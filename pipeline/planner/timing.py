@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.errors import InvalidInputError
-from pipeline.planner.memory import ACTIVATION_BYTES, MemoryPlan, kv_bytes_per_token, memory_plan, refuse_no_fit, weight_bytes_per_gpu
+from pipeline.planner.memory import ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, weight_bytes_per_gpu
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     link_bandwidth)
 from pipeline.planner.recommend import recommend
@@ -123,16 +123,6 @@ def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl:
     return max(1, int(min(memory.max_sequences, build["max_batch_size"], max(1, token_budget))))
 
 
-def _fitting_memory(scenario: Scenario, build: dict[str, Any]) -> MemoryPlan:
-    memory = memory_plan(
-        scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
-        kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
-    )
-    if not memory.fits:
-        refuse_no_fit(scenario)
-    return memory
-
-
 def predict(
     scenario: Scenario, concurrency: int, *, build: dict[str, Any] | None = None, efficiency: Efficiency | None = None,
 ) -> Prediction:
@@ -145,7 +135,7 @@ def predict(
     if concurrency < 1:
         raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
     build = build or recommend(scenario, "throughput")
-    memory = _fitting_memory(scenario, build)
+    memory = fitting_memory(scenario, build)
     batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
     ttft = prefill_time(scenario, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step.
@@ -189,7 +179,7 @@ def max_throughput(
     model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
     eff = efficiency or EFFICIENCY
     build = build or recommend(scenario, "throughput")
-    memory = _fitting_memory(scenario, build)
+    memory = fitting_memory(scenario, build)
     batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
     step = step_time(scenario, steady_load(scenario, batch), eff)
     phases = {
