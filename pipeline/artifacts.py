@@ -112,7 +112,7 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # unreadable, not UTF-8, or not JSON: no manifest
         return None
 
 

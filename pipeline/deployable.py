@@ -6,10 +6,11 @@ into `model/`) and the LLM-API options the planner chose (`llm_api_options.yaml`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from pipeline.artifacts import read_manifest
 
 CheckpointFormat = Literal["trtllm", "hf"]
 Backend = Literal["tensorrt", "pytorch"]
@@ -24,27 +25,26 @@ OPTIONS_FILE = "llm_api_options.yaml"
 PYTORCH_BACKEND: Backend = "pytorch"
 TENSORRT_BACKEND: Backend = "tensorrt"
 DEFAULT_BACKEND: Backend = TENSORRT_BACKEND
-MANIFEST_FILE = "manifest.json"
 
 # What the PyTorch backend path takes (`pipeline convert --format hf`): weight and KV-cache precisions.
 HF_QUANT_FORMATS = ("fp16", "bf16", "fp8", "nvfp4", "int4_awq", "w4a8_awq")
 HF_KV_CACHE_FORMATS = ("auto", "fp8")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def _manifest(folder: Path) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _is_deployable(folder: Path, manifest: dict[str, Any]) -> bool:
+    return (manifest.get("stage") == "build" and manifest.get("backend") == PYTORCH_BACKEND
+            and (folder / OPTIONS_FILE).is_file() and (folder / MODEL_SUBDIR).is_dir())
 
 
 def is_pytorch_deployable(folder: Path) -> bool:
     """A folder `pipeline build --backend pytorch` wrote: its manifest says so and the options file exists."""
     folder = Path(folder)
-    manifest = _read_json(folder / MANIFEST_FILE) or {}
-    return (manifest.get("stage") == "build" and manifest.get("backend") == PYTORCH_BACKEND
-            and (folder / OPTIONS_FILE).is_file() and (folder / MODEL_SUBDIR).is_dir())
+    return _is_deployable(folder, _manifest(folder))
 
 
 @dataclass(frozen=True)
@@ -94,13 +94,13 @@ def read_deployable(folder: Path) -> Deployable:
     from pipeline.errors import InvalidInputError
 
     folder = Path(folder)
-    if not is_pytorch_deployable(folder):
+    manifest = _manifest(folder)
+    if not _is_deployable(folder, manifest):
         raise InvalidInputError(
             f"{folder} is not a PyTorch-backend deployable (no manifest with backend \"pytorch\", "
             f"{OPTIONS_FILE} and {MODEL_SUBDIR}/).",
             hint="Build one with `pipeline build --backend pytorch --checkpoint build/<model>/checkpoints/hf-<id> --gpu G`.",
         )
-    manifest = _read_json(folder / MANIFEST_FILE) or {}
     try:
         options = yaml.safe_load((folder / OPTIONS_FILE).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
