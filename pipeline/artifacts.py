@@ -78,6 +78,15 @@ def file_inventory(folder: Path, *, exclude: tuple[str, ...] = (MANIFEST_NAME,))
     return {rel: {"sha256": sha256_file(path), "size": path.stat().st_size} for rel, path in _files(folder, exclude)}
 
 
+def file_record(path: Path, known: Any = None) -> dict[str, Any]:
+    """{"sha256", "size"} of one file: the sha256 a source manifest recorded for it (`known`, that manifest's
+    entry) when the recorded size is the file's, else the file hashed (weights are gigabytes: hashed once)."""
+    size = Path(path).stat().st_size
+    if isinstance(known, dict) and known.get("size") == size and known.get("sha256"):
+        return {"sha256": known["sha256"], "size": size}
+    return {"sha256": sha256_file(path), "size": size}
+
+
 def file_mtimes(folder: Path, *, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, int]:
     """mtime (ns) of every regular file under folder: what a no-op re-run compares instead of hashing."""
     return {rel: path.stat().st_mtime_ns for rel, path in _files(folder, exclude)}

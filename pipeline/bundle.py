@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import MANIFEST_NAME, link_or_copy, read_manifest, sha256_file
+from pipeline.artifacts import MANIFEST_NAME, file_record, link_or_copy, read_manifest
 from pipeline.errors import InvalidInputError
 from pipeline.model_repo import parse_model_config
 
@@ -190,15 +190,6 @@ def bundle_files(bundle: Path, engine: Path) -> dict[str, dict[str, Any]]:
         known = recorded.get(rel[len(ENGINE_SUBDIR) + 1:]) if rel.startswith(ENGINE_SUBDIR + "/") else None
         files[rel] = file_record(path, known)
     return files
-
-
-def file_record(path: Path, known: Any = None) -> dict[str, Any]:
-    """{"sha256", "size"} of one file: the sha256 a source manifest recorded for it (`known`, that manifest's
-    entry) when the recorded size is the file's, else the file hashed (weights are gigabytes: hashed once)."""
-    size = Path(path).stat().st_size
-    if isinstance(known, dict) and known.get("size") == size and known.get("sha256"):
-        return {"sha256": known["sha256"], "size": size}
-    return {"sha256": sha256_file(path), "size": size}
 
 
 def recorded_root(repo: Path) -> Path | None:

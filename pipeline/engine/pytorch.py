@@ -338,7 +338,7 @@ def _inventory(folder: Path, source: Path) -> dict[str, dict[str, Any]]:
     """file_inventory(folder), taking the hashes of model/'s files from the source's manifest where that
     manifest recorded the file as it still is (same size and mtime: a hard link shares both), so a
     multi-GiB checkpoint is not hashed again."""
-    from pipeline.artifacts import MANIFEST_NAME, read_manifest, sha256_file
+    from pipeline.artifacts import MANIFEST_NAME, file_record, read_manifest
 
     recorded = read_manifest(source) or {}
     files, mtimes = recorded.get("files") or {}, recorded.get("mtimes_ns") or {}
@@ -347,12 +347,8 @@ def _inventory(folder: Path, source: Path) -> dict[str, dict[str, Any]]:
         if rel == MANIFEST_NAME:
             continue
         path, name = folder / rel, rel.removeprefix(f"{MODEL_SUBDIR}/")
-        stat, known = path.stat(), files.get(name) if rel.startswith(f"{MODEL_SUBDIR}/") else None
-        if isinstance(known, dict) and known.get("size") == stat.st_size and mtimes.get(name) == stat.st_mtime_ns \
-                and known.get("sha256"):
-            inventory[rel] = {"sha256": known["sha256"], "size": stat.st_size}
-        else:
-            inventory[rel] = {"sha256": sha256_file(path), "size": stat.st_size}
+        known = files.get(name) if rel.startswith(f"{MODEL_SUBDIR}/") else None
+        inventory[rel] = file_record(path, known if mtimes.get(name) == path.stat().st_mtime_ns else None)
     return inventory
 
 

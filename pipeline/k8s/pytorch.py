@@ -23,14 +23,16 @@ import yaml
 
 from pipeline.artifacts import (
     MANIFEST_NAME,
+    ArtifactOrigin,
     atomic_dir,
-    ArtifactOrigin, build_manifest,
+    build_manifest,
+    file_record,
     is_up_to_date,
     link_or_copy,
     read_manifest,
     sha256_json,
 )
-from pipeline.bundle import file_record, tree_identity
+from pipeline.bundle import tree_identity
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
