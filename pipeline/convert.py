@@ -21,7 +21,7 @@ import time
 import warnings
 
 from pipeline import hf_export
-from pipeline.artifacts import MANIFEST_NAME, atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.calibration import load_calibration
 from pipeline.checkpoint_keys import preflight
 from pipeline.convert_checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NOT_EXPORTABLE: re-exported)

@@ -39,8 +39,9 @@ from pydantic import BaseModel, ConfigDict
 from pipeline import resources
 from pipeline.artifacts import (
     MANIFEST_NAME,
+    ArtifactOrigin,
     atomic_dir,
-    ArtifactOrigin, build_manifest,
+    build_manifest,
     file_inventory,
     is_up_to_date,
     read_manifest,

@@ -9,8 +9,9 @@ from typing import Any
 
 from pipeline.artifacts import (
     MANIFEST_NAME,
+    ArtifactOrigin,
     atomic_dir,
-    ArtifactOrigin, build_manifest,
+    build_manifest,
     is_up_to_date,
     read_manifest,
     sha256_file,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from pipeline import bundle
-from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.model_repo import (

@@ -312,7 +312,7 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
 
 def write_run(result: BenchResult, reports: Path) -> Path:
     """reports/bench-<time>/ written atomically (JSON, CSV, Markdown, PNGs, manifest)."""
-    from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, sha256_json, write_json_atomic
+    from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, sha256_json, write_json_atomic
     from pipeline.bench.plots import plot_all
     from pipeline.bench.report import write_reports
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.artifacts import atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
 from pipeline.engine.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.engine.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
 from pipeline.engine.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import MANIFEST_NAME, atomic_dir, ArtifactOrigin, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
+from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import (
+    ArtifactOrigin,
     atomic_dir,
-    ArtifactOrigin, build_manifest,
+    build_manifest,
     folder_hash,
     is_up_to_date,
     read_manifest,
