@@ -1,6 +1,7 @@
 """The tensorrt_llm model's `parameters` as the reference runtime reads them: what it honours, what it
 ignores and why. The Triton model logs the result once at load (into the server log), so a setting
-never changes nothing without a word.
+never changes nothing without a word. limits_from_llm_options does the same for the LLM-API model's
+model.yaml (the `tensorrt_llm.LLM` options).
 
 Read as the C++ backend reads them (tensorrtllm_backend @c2e65b88, model_instance_state.cc; the
 defaults in ../shared/reference/triton_trtllm_parameters.tsv): an unset or empty value (or NVIDIA's
@@ -9,10 +10,13 @@ unfilled `${...}` placeholder) takes the backend's default.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from pipeline.reference_runtime.kv_cache import Batching, SchedulerPolicy
+from pipeline.reference_runtime.requests import EngineLimits
 
 _TRUE = {"true", "1", "t", "y", "yes"}
 _FALSE = {"false", "0", "f", "n", "no"}
@@ -20,6 +24,7 @@ _FALSE = {"false", "0", "f", "n", "no"}
 _BATCHING: dict[str, Batching] = {"inflight_fused_batching": "inflight", "inflight_batching": "inflight",
                                   "v1": "static"}
 # Settings of the GPU executor with nothing to act on here (CUDA, MPI, GPU memory): named in one log line.
+_POLICIES: tuple[SchedulerPolicy, ...] = ("guaranteed_no_evict", "max_utilization")
 GPU_ONLY = ("gpu_device_ids", "participant_ids", "num_nodes", "executor_worker_path", "gpu_weights_percent",
             "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode", "cuda_graph_cache_size",
             "kv_cache_host_memory_bytes", "kv_cache_onboard_blocks", "speculative_decoding_fast_logits")
@@ -75,6 +80,11 @@ def _number(parameters: Mapping[str, object], key: str, cast, default):
         raise SettingsError(f"Parameter {key}={text!r} is not {'a whole number' if cast is int else 'a number'}.") from None
 
 
+def _known_policy(text: str) -> SchedulerPolicy | None:
+    """The scheduler policy `text` names, None when the runtime has no such policy (the default is used)."""
+    return text if text in _POLICIES else None  # type: ignore[return-value]
+
+
 def read_settings(parameters: Mapping[str, object]) -> RuntimeSettings:
     """The runtime's settings from the tensorrt_llm model's parameters (see the module docstring)."""
     honoured: list[str] = []
@@ -93,10 +103,8 @@ def read_settings(parameters: Mapping[str, object]) -> RuntimeSettings:
                         "so fused and unfused in-flight batching are the same here)")
 
     policy_text = _value(parameters, "batch_scheduler_policy") or "guaranteed_no_evict"
-    policy: SchedulerPolicy
-    if policy_text in ("guaranteed_no_evict", "max_utilization"):
-        policy = policy_text  # type: ignore[assignment]
-    else:  # the C++ backend logs a warning and keeps the default
+    policy = _known_policy(policy_text)
+    if policy is None:  # the C++ backend logs a warning and keeps the default
         policy = "guaranteed_no_evict"
         ignored.append(f"batch_scheduler_policy {policy_text!r} is not max_utilization or guaranteed_no_evict: "
                        "guaranteed_no_evict is used, as the C++ backend does")
@@ -138,3 +146,45 @@ def read_settings(parameters: Mapping[str, object]) -> RuntimeSettings:
         exclude_input_in_output=_bool(parameters, "exclude_input_in_output", False),
         cancellation_check_period_ms=max(1, cancel_ms), stats_check_period_ms=max(1, stats_ms),
         honoured=tuple(honoured), ignored=tuple(ignored))
+
+
+def limits_from_llm_options(options: Mapping[str, object], triton_config: Mapping[str, object]
+                            ) -> tuple[EngineLimits, list[str], list[str]]:
+    """EngineLimits from the LLM-API model's model.yaml: `options` (the tensorrt_llm.LLM keys, without
+    triton_config) and its `triton_config`; and what is honoured / ignored, one line each (for the load log).
+    An unset, 0 or empty option takes EngineLimits' default; max_seq_len defaults to the checkpoint's
+    max_position_embeddings (2048 without one) and max_input_len to max_seq_len."""
+    defaults = EngineLimits()
+    kv = options.get("kv_cache_config") or {}
+    scheduler = options.get("scheduler_config") or {}
+    max_seq_len = options.get("max_seq_len")
+    if max_seq_len is None:
+        with open(os.path.join(str(options["model"]), "config.json"), encoding="utf-8") as handle:
+            max_seq_len = int(json.load(handle).get("max_position_embeddings") or defaults.max_seq_len)
+    policy_text = str(scheduler.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT")).lower()
+    policy = _known_policy(policy_text)
+    limits = {
+        "max_batch_size": int(options.get("max_batch_size") or defaults.max_batch_size),
+        "max_num_tokens": int(options.get("max_num_tokens") or defaults.max_num_tokens),
+        "max_seq_len": int(max_seq_len),
+        "max_input_len": int(options.get("max_input_len") or max_seq_len),
+        "tokens_per_block": int(kv.get("tokens_per_block") or defaults.tokens_per_block),
+        "kv_cache_free_mem_fraction": float(kv.get("free_gpu_memory_fraction") or defaults.kv_cache_free_mem_fraction),
+        "max_tokens_in_paged_kv_cache": int(kv["max_tokens"]) if kv.get("max_tokens") else None,
+        "enable_kv_cache_reuse": bool(kv.get("enable_block_reuse", False)),
+        "scheduler_policy": policy or defaults.scheduler_policy,
+        "cancellation_check_period_ms": int(triton_config.get("cancellation_check_period_ms")
+                                            or defaults.cancellation_check_period_ms),
+    }
+    honoured = [f"{key}={value}" for key, value in limits.items()
+                if key != "max_tokens_in_paged_kv_cache" or value is not None]
+    mapped = {"model", "backend", "max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len",
+              "kv_cache_config", "scheduler_config"}
+    ignored = [f"{key} (a GPU setting of TensorRT-LLM's PyTorch backend)" for key in sorted(options) if key not in mapped]
+    ignored += [f"kv_cache_config.{key}" + (" (the reference runtime's KV cache is float32; a quantized KV cache is "
+                                             "simulated from triton_config.simulated)" if key == "dtype" else "")
+                for key in sorted(kv)
+                if key not in ("tokens_per_block", "free_gpu_memory_fraction", "max_tokens", "enable_block_reuse")]
+    if "capacity_scheduler_policy" in scheduler and policy is None:
+        ignored.append(f"scheduler_config.capacity_scheduler_policy={policy_text} (guaranteed_no_evict used)")
+    return EngineLimits(**limits), honoured, ignored

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, blocks_for, kv_bytes_per_token,
                                                  plan_kv_cache)
-from pipeline.reference_runtime.settings import GPU_ONLY, SettingsError, read_settings
+from pipeline.reference_runtime.requests import EngineLimits
+from pipeline.reference_runtime.settings import GPU_ONLY, SettingsError, limits_from_llm_options, read_settings
 
 GIB = 1 << 30
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
@@ -141,6 +144,41 @@ def test_invalid_settings_fail_as_the_backend_fails_or_fall_back_as_it_does() ->
     fallback = read_settings(_rendered(batch_scheduler_policy="fair_share"))
     assert fallback.scheduler_policy == "guaranteed_no_evict"
     assert any("'fair_share'" in line for line in fallback.ignored)
+
+
+def test_llm_options_defaults_come_from_the_checkpoint_and_engine_limits(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    limits, honoured, ignored = limits_from_llm_options({"model": str(tmp_path), "backend": "pytorch"}, {})
+    assert limits == EngineLimits(max_batch_size=8, max_input_len=4096, max_seq_len=4096, max_num_tokens=8192,
+                                  tokens_per_block=32, kv_cache_free_mem_fraction=0.9, enable_kv_cache_reuse=False,
+                                  scheduler_policy="guaranteed_no_evict", cancellation_check_period_ms=100)
+    assert honoured == ["max_batch_size=8", "max_num_tokens=8192", "max_seq_len=4096", "max_input_len=4096",
+                        "tokens_per_block=32", "kv_cache_free_mem_fraction=0.9", "enable_kv_cache_reuse=False",
+                        "scheduler_policy=guaranteed_no_evict", "cancellation_check_period_ms=100"]
+    assert ignored == []
+    (tmp_path / "config.json").write_text("{}")  # no max_position_embeddings: 2048
+    assert limits_from_llm_options({"model": str(tmp_path), "max_batch_size": 0}, {})[0].max_seq_len == 2048
+
+
+def test_llm_options_that_change_the_runtime_and_those_ignored() -> None:
+    options = {"model": "unread", "max_batch_size": 4, "max_num_tokens": "512", "max_seq_len": 300,
+               "tensor_parallel_size": 2, "scheduler_config": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
+               "kv_cache_config": {"tokens_per_block": 16, "free_gpu_memory_fraction": 0.5, "max_tokens": 1000,
+                                   "enable_block_reuse": True, "dtype": "fp8"}}
+    limits, honoured, ignored = limits_from_llm_options(options, {"cancellation_check_period_ms": 50})
+    assert limits == EngineLimits(max_batch_size=4, max_input_len=300, max_seq_len=300, max_num_tokens=512,
+                                  tokens_per_block=16, max_tokens_in_paged_kv_cache=1000, kv_cache_free_mem_fraction=0.5,
+                                  enable_kv_cache_reuse=True, scheduler_policy="max_utilization",
+                                  cancellation_check_period_ms=50)
+    assert "max_tokens_in_paged_kv_cache=1000" in honoured and "scheduler_policy=max_utilization" in honoured
+    assert ignored == ["tensor_parallel_size (a GPU setting of TensorRT-LLM's PyTorch backend)",
+                       "kv_cache_config.dtype (the reference runtime's KV cache is float32; a quantized KV cache is "
+                       "simulated from triton_config.simulated)"]
+    fallback, _, ignored = limits_from_llm_options(
+        {"model": "unread", "max_seq_len": 300, "max_input_len": 100,
+         "scheduler_config": {"capacity_scheduler_policy": "STATIC_BATCH"}}, {})
+    assert (fallback.scheduler_policy, fallback.max_input_len) == ("guaranteed_no_evict", 100)
+    assert ignored == ["scheduler_config.capacity_scheduler_policy=static_batch (guaranteed_no_evict used)"]
 
 
 def test_per_request_prefill_attention_equals_the_packed_block_diagonal_one() -> None:

@@ -284,10 +284,10 @@ class _ReferenceEngine:
 
         from pipeline.reference_runtime.engine import ReferenceEngine
         from pipeline.reference_runtime.kv_cache import KvCacheError
-        from pipeline.reference_runtime.requests import EngineLimits
+        from pipeline.reference_runtime.settings import limits_from_llm_options
 
         model_dir = config.get("model")
-        self.limits, honoured, ignored = reference_limits(config, triton_config)
+        self.limits, honoured, ignored = limits_from_llm_options(config, triton_config)
         for line in honoured:
             LOG.info("reference runtime honours %s", line)
         for line in ignored:
@@ -298,7 +298,7 @@ class _ReferenceEngine:
             LOG.info("reference runtime simulates %s (KV %s) with ModelOpt fake quantization over %s",
                      simulated.get("quant"), simulated.get("kv_cache"), model_dir)
         try:
-            self.engine = ReferenceEngine(model_dir, EngineLimits(**self.limits), simulated_quant=(
+            self.engine = ReferenceEngine(model_dir, self.limits, simulated_quant=(
                 simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
         except KvCacheError as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
@@ -336,7 +336,7 @@ class _ReferenceEngine:
         state = {"id": None, "ended": False, "early": []}
         lock = threading.RLock()
         prefix = "" if job.exclude_input else self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
-        tokens_per_block = self.limits["tokens_per_block"]
+        tokens_per_block = self.limits.tokens_per_block
 
         def perf(event):
             blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
@@ -385,42 +385,6 @@ class _ReferenceEngine:
 
     def close(self):
         self.engine.close()
-
-
-def reference_limits(config, triton_config):
-    """EngineLimits keyword arguments from the LLM options, and what is honoured / ignored (for the load log)."""
-    kv = config.get("kv_cache_config") or {}
-    scheduler = config.get("scheduler_config") or {}
-    max_seq_len = config.get("max_seq_len")
-    if max_seq_len is None:
-        model_config = os.path.join(str(config["model"]), "config.json")
-        with open(model_config, encoding="utf-8") as handle:
-            max_seq_len = int(json.load(handle).get("max_position_embeddings") or 2048)
-    policy = str(scheduler.get("capacity_scheduler_policy", "GUARANTEED_NO_EVICT")).lower()
-    limits = {
-        "max_batch_size": int(config.get("max_batch_size") or 8),
-        "max_num_tokens": int(config.get("max_num_tokens") or 8192),
-        "max_seq_len": int(max_seq_len),
-        "max_input_len": int(config.get("max_input_len") or max_seq_len),
-        "tokens_per_block": int(kv.get("tokens_per_block") or 32),
-        "kv_cache_free_mem_fraction": float(kv.get("free_gpu_memory_fraction") or 0.9),
-        "max_tokens_in_paged_kv_cache": int(kv["max_tokens"]) if kv.get("max_tokens") else None,
-        "enable_kv_cache_reuse": bool(kv.get("enable_block_reuse", False)),
-        "scheduler_policy": policy if policy in ("guaranteed_no_evict", "max_utilization") else "guaranteed_no_evict",
-        "cancellation_check_period_ms": int(triton_config.get("cancellation_check_period_ms") or 100),
-    }
-    honoured = [f"{key}={value}" for key, value in limits.items()
-                if key != "max_tokens_in_paged_kv_cache" or value is not None]
-    mapped = {"model", "backend", "max_batch_size", "max_num_tokens", "max_seq_len", "max_input_len",
-              "kv_cache_config", "scheduler_config"}
-    ignored = [f"{key} (a GPU setting of TensorRT-LLM's PyTorch backend)" for key in sorted(config) if key not in mapped]
-    ignored += [f"kv_cache_config.{key}" + (" (the reference runtime's KV cache is float32; a quantized KV cache is "
-                                             "simulated from triton_config.simulated)" if key == "dtype" else "")
-                for key in sorted(kv)
-                if key not in ("tokens_per_block", "free_gpu_memory_fraction", "max_tokens", "enable_block_reuse")]
-    if "capacity_scheduler_policy" in scheduler and policy not in ("guaranteed_no_evict", "max_utilization"):
-        ignored.append(f"scheduler_config.capacity_scheduler_policy={policy} (guaranteed_no_evict used)")
-    return limits, honoured, ignored
 
 
 class _LlmApiEngine:
