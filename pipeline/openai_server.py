@@ -148,13 +148,10 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
     """Start the server for a deployable (pipeline.deployable.read_deployable), wait until /health and
     /v1/models answer, send a warm-up chat completion, and return it. InvalidInputError for a port in
     use, ToolMissingError for a missing server, StageFailedError (with the log tail) when it dies or is late."""
-    from pipeline.serve import free_port, port_in_use
+    from pipeline.serve import free_port, refuse_busy_port
 
     engine = engine or choose_engine(deployable)
-    if spec.http_port and port_in_use(spec.http_port):
-        raise InvalidInputError(f"Port {spec.http_port} (--http-port) is already in use on this machine.",
-                                hint=f"Stop what listens there (`ss -ltnp 'sport = :{spec.http_port}'`) or pick another "
-                                "port; 0 picks a free one.")
+    refuse_busy_port(spec.http_port, "--http-port")
     port = spec.http_port or free_port()
     if engine == "transformers":
         command = transformers_serve_command(deployable, spec.host, port, binary=_transformers_binary())
@@ -278,10 +275,6 @@ def check_api(api: str, path: Path) -> None:
 
     path = Path(path).expanduser().resolve()
     is_repository = any(path.glob("*/config.pbtxt"))
-    if api not in ("triton", "openai"):
-        raise InvalidInputError(f"--api {api} is not an API pipeline serves.",
-                                hint="--api triton (a Triton repository from `pipeline render`) or --api openai "
-                                "(a PyTorch-backend deployable).")
     if api == "openai" and is_repository:
         source = ((read_manifest(path) or {}).get("inputs") or {}).get("spec", {}).get("engine")
         raise InvalidInputError(

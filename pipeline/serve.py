@@ -82,17 +82,20 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def refuse_busy_port(port: int, option: str) -> None:
+    """InvalidInputError (exit 2) when the port the user asked for (not 0) is taken."""
+    if port and port_in_use(port):
+        raise InvalidInputError(
+            f"Port {port} ({option}) is already in use on this machine.",
+            hint=f"Stop what listens there (`ss -ltnp 'sport = :{port}'`) or pick another port; 0 picks a free one.",
+        )
+
+
 def resolve_ports(spec: ServerSpec) -> ServerSpec:
     """Fill ports given as 0 with free ones; refuse ports that are taken (exit 2)."""
     chosen: dict[str, int] = {}
     for name in ("http_port", "grpc_port", "metrics_port"):
-        port = getattr(spec, name)
-        if port and port_in_use(port):
-            raise InvalidInputError(
-                f"Port {port} (--{name.replace('_', '-')}) is already in use on this machine.",
-                hint=f"Stop what listens there (`ss -ltnp 'sport = :{port}'`) or pick another port; "
-                "0 picks a free one.",
-            )
+        refuse_busy_port(getattr(spec, name), f"--{name.replace('_', '-')}")
     taken = {spec.http_port, spec.grpc_port, spec.metrics_port} - {0}
     if len(taken) < len([p for p in (spec.http_port, spec.grpc_port, spec.metrics_port) if p]):
         raise InvalidInputError("The HTTP, gRPC and metrics ports must differ.", hint="Give three different ports or 0.")

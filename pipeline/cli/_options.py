@@ -67,6 +67,7 @@ def spec_from_options(cls, **values):
                                 hint="See --help for the accepted values.") from None
 
 BACKENDS: tuple[str, ...] = get_args(Backend)
+APIS = ("triton", "openai")  # what `pipeline serve` and `pipeline k8s render` serve: tritonserver, or an OpenAI server
 BackendOpt = Annotated[str, typer.Option(
     "--backend", parser=one_of("--backend", BACKENDS), help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
     "`pipeline convert --format hf` plus LLM-API options; no engine).")]

@@ -7,14 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json, spec_from_options
+from pipeline.cli._options import APIS, ForceOpt, JsonOpt, OutDirOpt, one_of, set_json, spec_from_options
 from pipeline.k8s import K8sSpec, render_k8s
 from pipeline.output import OUT, simple_table
 
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Build profile id (or readable name) under build/*/engines/.")]
 EngineOpt = Annotated[Optional[Path], typer.Option("--engine", help="Engine folder with a manifest.json (instead of --profile).")]
 ApiOpt = Annotated[str, typer.Option(
-    "--api", help="triton: tritonserver (engine ensemble, or the Triton LLM-API repository of a PyTorch-backend deployable); "
+    "--api", parser=one_of("--api", APIS), help="triton: tritonserver (engine ensemble, or the Triton LLM-API repository of a PyTorch-backend deployable); "
     "openai: trtllm-serve (PyTorch-backend deployables).")]
 ReplicasOpt = Annotated[int, typer.Option("--replicas", min=1, help="Initial replicas (each replica = one pod, or one LeaderWorkerSet group).")]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", help="Namespace of every resource.")]

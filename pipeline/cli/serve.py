@@ -8,14 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import JsonOpt, set_json
+from pipeline.cli._options import APIS, JsonOpt, one_of, set_json
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.output import OUT, simple_table
 from pipeline.processes import Terminated
 from pipeline.commands import TRITON_EXIT_TIMEOUT_S
 from pipeline.serve import ServerSpec, start_server
 
-ApiOpt = Annotated[str, typer.Option("--api", help=(
+ApiOpt = Annotated[str, typer.Option("--api", parser=one_of("--api", APIS), help=(
     "triton: a Triton model repository from `pipeline render`; openai: a PyTorch-backend deployable "
     "(trtllm-serve on a GPU, `transformers serve --continuous-batching` on the CPU)."))]
 HttpPortOpt = Annotated[int, typer.Option("--http-port", min=0, max=65535, help="HTTP port (0: a free one).")]

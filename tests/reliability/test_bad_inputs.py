@@ -94,6 +94,7 @@ ROWS: list[Row] = [
     Row("template-folder-missing-a-model", ("render", "--engine", "{engine}", "--out", "{tmp}/r"), 2,
         "has no tensorrt_llm/config.pbtxt.j2", needs=("templates",)),
     Row("serve-repo-missing", ("serve", "{tmp}/nothing"), 2, "does not exist"),
+    Row("serve-unknown-api", ("serve", "--api", "grpc", "{tmp}/nothing"), 2, "Unknown api 'grpc'"),
     Row("serve-repo-without-models", ("serve", "{empty_dir}"), 2, "holds no model folder with a config.pbtxt"),
     Row("port-in-use", ("serve", str(FIXTURES / "echo_repo"), "--http-port", "{busy_port}"), 2, "is already in use",
         needs=("port",)),
