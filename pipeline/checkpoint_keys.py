@@ -14,8 +14,6 @@ then refuses, naming the key, any config the model class would reject or misread
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from functools import lru_cache
@@ -24,6 +22,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.data import fact_rows
 from pipeline.errors import InvalidInputError
 from pipeline.hf_compat import RopeSettings, rope_settings
 
@@ -54,8 +53,7 @@ class KeyRule(BaseModel):
 
 @lru_cache(maxsize=None)
 def load_rules(path: Path = FACTS) -> tuple[KeyRule, ...]:
-    text = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if not line.startswith("#"))
-    rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
+    rows = fact_rows(path.read_text(encoding="utf-8"))
     return tuple(
         KeyRule(architecture=row["architecture"], key=row["key"], if_absent=row["if_absent"],
                 upstream_default=row["upstream_default"], allowed=tuple(v for v in row["allowed"].split("|") if v),

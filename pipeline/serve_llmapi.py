@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODEL = "tensorrt_llm"
-LLMAPI_INPUTS = {"text_input", "sampling_param_max_tokens"}
 
 
 def is_llmapi_repo(repo: Path) -> bool:

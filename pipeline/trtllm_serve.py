@@ -17,10 +17,11 @@ What the server answers (tensorrt_llm/serve/openai_server.py @e7f7345e31e5):
 
 from __future__ import annotations
 
-import csv
 import importlib.resources
 from dataclasses import dataclass
 from functools import lru_cache
+
+from pipeline.data import fact_rows
 
 SOURCE_COMMIT = "4c05a74891e4df8066f08ed4ce14b0972abe4e25"
 BINARY = "trtllm-serve"
@@ -42,9 +43,7 @@ class Flag:
 
 
 def _table(name: str) -> list[dict[str, str]]:
-    text = importlib.resources.files("pipeline.data").joinpath(name).read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    return list(csv.DictReader(lines, delimiter="\t"))
+    return fact_rows(importlib.resources.files("pipeline.data").joinpath(name).read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=1)

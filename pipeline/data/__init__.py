@@ -1,0 +1,11 @@
+"""The pipeline's data files: the GPU table, upstream fact tables (each with its source and commit in a
+`#` header), calibration and evaluation text, and the Kubernetes dashboards and rules."""
+
+from __future__ import annotations
+
+import csv
+
+
+def fact_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a tab-separated fact table; lines that start with `#` (its provenance header) are comments."""
+    return list(csv.DictReader((line for line in text.splitlines() if line and not line.startswith("#")), delimiter="\t"))

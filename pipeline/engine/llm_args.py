@@ -11,9 +11,7 @@ naming the key and the nearest valid ones.
 
 from __future__ import annotations
 
-import csv
 import difflib
-import io
 import re
 from functools import lru_cache
 from importlib import resources
@@ -21,6 +19,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.data import fact_rows
 from pipeline.errors import InvalidInputError
 
 FACTS = "trtllm_llm_args.tsv"
@@ -43,10 +42,9 @@ class FieldFact(BaseModel):
 @lru_cache(maxsize=None)
 def load_facts() -> tuple[FieldFact, ...]:
     text = resources.files("pipeline.data").joinpath(FACTS).read_text(encoding="utf-8")
-    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     return tuple(FieldFact(cls=row["class"], field=row["field"], type=row["type"], default=row["default"],
                            commit=row["commit"], source=row["source"])
-                 for row in csv.DictReader(io.StringIO(body), delimiter="\t"))
+                 for row in fact_rows(text))
 
 
 def source_commit() -> str:
