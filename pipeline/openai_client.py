@@ -99,6 +99,7 @@ class Event:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     error: str | None = None
+    status: int = 200  # the HTTP status of the response the event came in (an error response: its status)
     done: bool = False  # the `[DONE]` sentinel
 
 
@@ -214,7 +215,7 @@ async def stream_events(session, base_url: str, body: dict[str, Any], *, endpoin
                 message = error_message(json.loads(raw))
             except json.JSONDecodeError:
                 message = raw.strip()[:500] or response.reason
-            yield Event(error=f"HTTP {response.status}: {message}")
+            yield Event(error=f"HTTP {response.status}: {message}", status=response.status)
             return
         if not body.get("stream"):
             yield _parse_object(await response.json(content_type=None))
@@ -240,9 +241,7 @@ async def complete(base_url: str, body: dict[str, Any], *, endpoint: Endpoint, t
         async with aiohttp.ClientSession(timeout=_client_timeout(timeout_s)) as session:
             async for event in stream_events(session, base_url, body, endpoint=endpoint):
                 if event.error:
-                    result.error = event.error
-                    match = re.match(r"HTTP (\d+)", event.error)
-                    result.status = int(match.group(1)) if match else 200
+                    result.error, result.status = event.error, event.status
                     break
                 if event.text:
                     if result.ttft_s is None:

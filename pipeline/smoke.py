@@ -337,8 +337,7 @@ def _openai_first_answer(served: Served, prompt: str, max_tokens: int) -> Genera
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=OPENAI_TOO_LONG_WAIT_S)) as session:
             async for event in stream_events(session, served.url, body, endpoint=served.endpoint):
                 if event.error:
-                    status = int(event.error.split()[1].rstrip(":")) if event.error.startswith("HTTP ") else 200
-                    return GenerateResult(error=event.error, status=status)
+                    return GenerateResult(error=event.error, status=event.status)
                 return GenerateResult(text=event.text, status=200)
         return GenerateResult(status=200)
 
