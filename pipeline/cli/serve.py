@@ -4,14 +4,14 @@ PyTorch-backend deployable (--api openai), in the foreground until interrupted."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from pipeline.cli._options import APIS, JsonOpt, one_of, set_json
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.output import OUT, simple_table
-from pipeline.processes import Terminated
+from pipeline.processes import ServerProcess, Terminated
 from pipeline.commands import TRITON_EXIT_TIMEOUT_S
 from pipeline.serve import ServerSpec, start_server
 
@@ -67,22 +67,30 @@ def serve(
     spec = ServerSpec(repo=repo, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                       world_size=world_size, log_file=log_file, ready_timeout_s=timeout, warmup=warmup,
                       exit_timeout_s=exit_timeout)
+    OUT.info(f"Starting tritonserver on {spec.repo} ...")
+    _serve_until_stopped("tritonserver", lambda: start_server(spec), lambda server: {
+        "grpc_url": server.grpc_url, "http_url": server.http_url, "metrics_url": server.metrics_url,
+        "pid": server.pid, "log_file": server.log_file, "ready_s": round(server.ready_s or 0, 2)})
+
+
+def _serve_until_stopped(name: str, start: Callable[[], ServerProcess], describe: Callable[[Any], dict]) -> None:
+    """Start the server, print where it listens, and wait: Ctrl-C or SIGTERM stops it (pipeline.cli.run turns
+    SIGTERM into Terminated; leaving the with-block stops the server and its process group); a server that
+    exits on its own is an error with its last log lines."""
     ready = False
     try:
-        OUT.info(f"Starting tritonserver on {spec.repo} ...")
-        with start_server(spec) as server:
+        with start() as server:
             ready = True
-            data = {"grpc_url": server.grpc_url, "http_url": server.http_url, "metrics_url": server.metrics_url,
-                    "pid": server.pid, "log_file": server.log_file, "ready_s": round(server.ready_s or 0, 2)}
-            OUT.result(data, table=simple_table("tritonserver ready (Ctrl-C stops it)", ["what", "where"],
+            data = describe(server)
+            OUT.result(data, table=simple_table(f"{name} ready (Ctrl-C stops it)", ["what", "where"],
                                                 [[k, v] for k, v in data.items()]))
             code = server.wait()
-            raise StageFailedError(f"tritonserver exited on its own with code {code}. Last log lines:\n{server.log_tail(20)}",
+            raise StageFailedError(f"{name} exited on its own with code {code}. Last log lines:\n{server.log_tail(20)}",
                                    hint=f"The full log is {server.log_file}.")
-    except (KeyboardInterrupt, Terminated):  # Ctrl-C, or SIGTERM (pipeline.cli.run turns it into Terminated)
+    except (KeyboardInterrupt, Terminated):
         if not ready:
             raise
-        OUT.info("Stopped.")  # leaving the with-block stopped the server and its process group
+        OUT.info("Stopped.")
 
 
 def _serve_openai(path: Path, http_port: int, log_file: Path | None, timeout: float, warmup: bool, exit_timeout: int) -> None:
@@ -93,20 +101,7 @@ def _serve_openai(path: Path, http_port: int, log_file: Path | None, timeout: fl
     engine = choose_engine(deployable)
     spec = OpenAISpec(deployable=path, http_port=http_port, log_file=log_file, ready_timeout_s=timeout, warmup=warmup,
                       stop_timeout_s=exit_timeout)
-    ready = False
-    try:
-        OUT.info(f"Starting {engine} on {deployable.model_dir} ...")
-        with start_openai_server(spec, deployable, engine=engine) as server:
-            ready = True
-            data = {"url": server.url, "model": server.model, "server": engine, "pid": server.pid,
-                    "log_file": server.log_file, "ready_s": round(server.ready_s or 0, 2),
-                    "command": " ".join(server.command)}
-            OUT.result(data, table=simple_table(f"{engine} ready (Ctrl-C stops it)", ["what", "where"],
-                                                [[k, v] for k, v in data.items()]))
-            code = server.wait()
-            raise StageFailedError(f"{engine} exited on its own with code {code}. Last log lines:\n{server.log_tail(20)}",
-                                   hint=f"The full log is {server.log_file}.")
-    except (KeyboardInterrupt, Terminated):
-        if not ready:
-            raise
-        OUT.info("Stopped.")
+    OUT.info(f"Starting {engine} on {deployable.model_dir} ...")
+    _serve_until_stopped(engine, lambda: start_openai_server(spec, deployable, engine=engine), lambda server: {
+        "url": server.url, "model": server.model, "server": engine, "pid": server.pid, "log_file": server.log_file,
+        "ready_s": round(server.ready_s or 0, 2), "command": " ".join(server.command)})
