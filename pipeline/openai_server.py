@@ -30,9 +30,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -213,57 +212,19 @@ def wait_ready(server: OpenAIServer, timeout_s: float) -> str:
         time.sleep(0.5)
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """One /v1/chat/completions request: the served model, the messages, and the rest of the body
-    (extra: further OpenAI fields such as temperature or stop, spelled as the API spells them)."""
-
-    model: str
-    messages: Sequence[dict]
-    max_tokens: int = 16
-    stream: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict:
-        """The JSON body; a streamed request asks for the usage in its last chunk unless extra says otherwise."""
-        body = {"model": self.model, "messages": list(self.messages), "max_tokens": self.max_tokens,
-                "stream": self.stream, **self.extra}
-        if self.stream:
-            body.setdefault("stream_options", {"include_usage": True})
-        return body
-
-
-def chat_completion(url: str, chat: ChatRequest, *, timeout_s: float = 120.0) -> dict:
-    """One POST /v1/chat/completions (stdlib only). Streaming: the SSE chunks are joined into one answer
-    {"text", "finish_reason", "usage", "chunks"}; whole: the response JSON."""
-    request = urllib.request.Request(f"{url}/chat/completions", data=json.dumps(chat.body()).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local URL)
-        if not chat.stream:
-            return json.loads(response.read())
-        answer: dict = {"text": "", "finish_reason": None, "usage": None, "chunks": 0}
-        for raw in response:
-            line = raw.decode("utf-8").strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            answer["chunks"] += 1
-            for choice in chunk.get("choices") or []:
-                answer["text"] += (choice.get("delta") or {}).get("content") or ""
-                answer["finish_reason"] = choice.get("finish_reason") or answer["finish_reason"]
-            answer["usage"] = chunk.get("usage") or answer["usage"]
-        return answer
-
-
 def warm_up(server: OpenAIServer, max_tokens: int = 2) -> None:
-    try:
-        chat = ChatRequest(server.model or "", [{"role": "user", "content": "Hello, warm-up."}], max_tokens=max_tokens)
-        answer = chat_completion(server.url, chat)
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        raise StageFailedError(f"Warm-up chat completion to {server.engine} failed: {error}",
-                               hint=f"See the server log {server.log_file}.") from None
-    if not answer.get("choices"):
-        raise StageFailedError(f"Warm-up chat completion to {server.engine} returned no choices: {answer}",
+    """One short whole chat completion, so the first user request does not pay for lazy set-up; an error or an
+    answer without text or finish reason fails the start."""
+    from pipeline.openai_client import Sampling, generate, request_body
+
+    body = request_body(server.model, "Hello, warm-up.", endpoint="chat", max_tokens=max_tokens, stream=False,
+                        sampling=Sampling(temperature=None))
+    answer = generate(server.url, body, endpoint="chat", timeout_s=120.0)
+    if answer.error:
+        raise StageFailedError(f"Warm-up chat completion to {server.engine} failed: {answer.error}",
+                               hint=f"See the server log {server.log_file}.")
+    if not answer.text and answer.finish_reason is None:
+        raise StageFailedError(f"Warm-up chat completion to {server.engine} returned no answer.",
                                hint=f"See the server log {server.log_file}.")
 
 

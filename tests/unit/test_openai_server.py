@@ -8,6 +8,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,8 +17,8 @@ from llmapi_helpers import make_deployable  # noqa: E402
 
 from pipeline.cli import run  # noqa: E402
 from pipeline.deployable import read_deployable  # noqa: E402
-from pipeline.errors import InvalidInputError, ToolMissingError  # noqa: E402
-from pipeline.openai_server import (ChatRequest, chat_completion, check_api, choose_engine,  # noqa: E402
+from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError  # noqa: E402
+from pipeline.openai_server import (check_api, choose_engine, warm_up,  # noqa: E402
                                     transformers_serve_command, trtllm_command)
 from pipeline.render import RenderSpec, render  # noqa: E402
 
@@ -101,26 +102,19 @@ def test_triton_only_options_are_refused_with_api_openai(tmp_path: Path) -> None
     assert run(["serve", "--api", "grpc", str(tmp_path)]) == 2
 
 
-def test_chat_request_body_asks_a_stream_for_its_usage_unless_told_otherwise() -> None:
-    messages = [{"role": "user", "content": "Hi"}]
-    assert ChatRequest("m", messages).body() == {"model": "m", "messages": messages, "max_tokens": 16, "stream": False}
-    streamed = ChatRequest("m", messages, max_tokens=4, stream=True, extra={"temperature": 0.0})
-    assert streamed.body() == {"model": "m", "messages": messages, "max_tokens": 4, "stream": True, "temperature": 0.0,
-                               "stream_options": {"include_usage": True}}
-    assert ChatRequest("m", messages, stream=True, extra={"stream_options": None}).body()["stream_options"] is None
-
-
 class _FakeChat(BaseHTTPRequestHandler):
     """POST /v1/chat/completions: the whole JSON, or two SSE chunks, a usage chunk and [DONE]."""
 
     bodies: list[dict] = []
+    ANSWER = {"choices": [{"message": {"content": "Hello"}, "finish_reason": "length"}]}
+    answer = ANSWER
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's spelling)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
         self.send_response(200)
         if not body["stream"]:
-            payload = json.dumps({"choices": [{"message": {"content": "Hello"}, "finish_reason": "length"}]}).encode()
+            payload = json.dumps(type(self).answer).encode()
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -139,17 +133,20 @@ class _FakeChat(BaseHTTPRequestHandler):
         pass
 
 
-def test_chat_completion_whole_and_streamed() -> None:
+def test_warm_up_sends_one_short_whole_chat_and_refuses_an_empty_answer(tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeChat)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    messages = [{"role": "user", "content": "Hi"}]
+    started = SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="m", engine="transformers",
+                              log_file=tmp_path / "server.log")
+    _FakeChat.bodies.clear()
     try:
-        whole = chat_completion(url, ChatRequest("m", messages, max_tokens=2), timeout_s=10)
-        streamed = chat_completion(url, ChatRequest("m", messages, max_tokens=2, stream=True), timeout_s=10)
+        warm_up(started, max_tokens=2)
+        assert _FakeChat.bodies == [{"max_tokens": 2, "stream": False, "model": "m",
+                                     "messages": [{"role": "user", "content": "Hello, warm-up."}]}]
+        _FakeChat.answer = {"choices": []}
+        with pytest.raises(StageFailedError, match="returned no answer"):
+            warm_up(started)
     finally:
+        _FakeChat.answer = _FakeChat.ANSWER
         server.shutdown()
         server.server_close()
-    assert whole["choices"][0]["message"]["content"] == "Hello"
-    assert streamed == {"text": "Hello", "finish_reason": "length", "usage": {"completion_tokens": 2}, "chunks": 3}
-    assert [b["stream"] for b in _FakeChat.bodies] == [False, True] and _FakeChat.bodies[0]["max_tokens"] == 2
