@@ -94,6 +94,13 @@ def detect_gpus() -> tuple[list[GpuFound], str, str | None, str | None]:
     return [], "none", None, None
 
 
+def known_gpu_key() -> str | None:
+    """The GPU table key of this machine's first GPU, "cpu" when there is none, None for a GPU the table
+    does not know (for callers that only describe the machine)."""
+    gpus, *_ = detect_gpus()
+    return gpus[0].table_key if gpus else "cpu"
+
+
 def detect_gpu_key() -> str:
     """The GPU table key of this machine's first GPU, or "cpu" when there is none (for --gpu auto)."""
     gpus, *_ = detect_gpus()

@@ -88,12 +88,9 @@ def choose_engine(deployable: Deployable) -> Engine:
         return "transformers"
     if shutil.which("trtllm-serve"):
         return "trtllm-serve"
-    from pipeline.host import detect_gpu_key
+    from pipeline.host import known_gpu_key
 
-    try:
-        gpu = detect_gpu_key()
-    except InvalidInputError:
-        gpu = "unknown"
+    gpu = known_gpu_key() or "unknown"
     command = " ".join(trtllm_command(deployable, "0.0.0.0", 8000))
     quantized = (deployable.model_dir / "hf_quant_config.json").is_file()
     if gpu == "cpu" and not quantized:

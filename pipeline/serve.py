@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
 from pipeline.errors import InvalidInputError, ToolMissingError, UnsupportedError
-from pipeline.host import detect_gpu_key
+from pipeline.host import known_gpu_key
 from pipeline.paths import new_log_file
 from pipeline.processes import ServerProcess, spawn
 from pipeline.serve_health import wait_ready, warm_up
@@ -177,11 +177,8 @@ def check_engine(repo: Path) -> None:
         return
     from pipeline.profiles import check_engine_compatible
 
-    try:
-        gpu = detect_gpu_key()  # NVML or nvidia-smi: milliseconds; "cpu" when there is no GPU
-    except UnsupportedError:
-        gpu = None  # a GPU missing from the table: the version check only
-    check_engine_compatible(engine, gpu_key=gpu)
+    # NVML or nvidia-smi: milliseconds; a GPU missing from the table (None) gets the version check only
+    check_engine_compatible(engine, gpu_key=known_gpu_key())
 
 
 def _backend_of(config: Path) -> str | None:

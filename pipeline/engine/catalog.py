@@ -15,9 +15,9 @@ from pipeline.engine.checkpoint import is_converted_hf, read_source
 from pipeline.engine.flags import builder_restriction
 from pipeline.engine.memory import TP_CHOICES, EngineTarget, default_limits, estimate, what_would_fit
 from pipeline.deployable import DEFAULT_BACKEND, HF_QUANT_FORMATS, PYTORCH_BACKEND, Backend
-from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.errors import UnsupportedError
 from pipeline.gpus import get_gpu, gpu_table
-from pipeline.host import detect_gpu_key
+from pipeline.host import known_gpu_key
 from pipeline.paths import stage_dir
 from pipeline.planner import Goal
 from pipeline.profiles import BuildProfile, engine_profile
@@ -58,11 +58,7 @@ class Machine(BaseModel):
 
     @classmethod
     def detect(cls) -> Machine:
-        try:
-            gpu = detect_gpu_key()
-        except (InvalidInputError, UnsupportedError):  # a GPU the table does not know
-            gpu = "unknown-gpu"
-        return cls(gpu=gpu, trtllm_build=shutil.which("trtllm-build") is not None,
+        return cls(gpu=known_gpu_key() or "unknown-gpu", trtllm_build=shutil.which("trtllm-build") is not None,
                    tensorrt_llm=importlib.util.find_spec("tensorrt_llm") is not None)
 
     def why_not(self, gpu: str, backend: Backend) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import host
-from pipeline.host import GpuFound, detect_gpu_key, match_table_key
+from pipeline.host import GpuFound, detect_gpu_key, known_gpu_key, match_table_key
 
 
 @pytest.mark.parametrize("name,memory,key", [
@@ -24,10 +24,10 @@ def test_unknown_gpu_name_is_not_guessed():
 
 def test_gpu_auto_is_cpu_without_gpus_and_the_first_gpus_table_key(monkeypatch):
     monkeypatch.setattr(host, "detect_gpus", lambda: ([], "none", None, None))
-    assert detect_gpu_key() == "cpu"
+    assert detect_gpu_key() == known_gpu_key() == "cpu"
     found = [GpuFound(index=0, name="NVIDIA H100 80GB HBM3", memory_gib=79.6, table_key="h100-sxm")]
     monkeypatch.setattr(host, "detect_gpus", lambda: (found, "nvml", "580.0", "13.0"))
-    assert detect_gpu_key() == "h100-sxm"
+    assert detect_gpu_key() == known_gpu_key() == "h100-sxm"
 
 
 def test_gpu_auto_refuses_a_gpu_the_table_lacks(monkeypatch):
@@ -37,3 +37,5 @@ def test_gpu_auto_refuses_a_gpu_the_table_lacks(monkeypatch):
     monkeypatch.setattr(host, "detect_gpus", lambda: (found, "nvml", "580.0", "13.0"))
     with pytest.raises(UnsupportedError, match="Tesla T4"):
         detect_gpu_key()
+    assert known_gpu_key() is None  # what describes the machine (profiles, serve's engine check) gets no key
+
