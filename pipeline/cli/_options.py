@@ -53,6 +53,18 @@ def set_json(json_output: bool) -> None:
     OUT.json_mode = json_output
 
 
+def resolve_gpu(gpu: str) -> str:
+    """--gpu auto: this machine's GPU from the table (said on stderr; exit 2 for a GPU the table lacks);
+    any other value as given."""
+    if gpu != "auto":
+        return gpu
+    from pipeline.host import detect_gpu_key
+
+    key = detect_gpu_key()
+    OUT.info(f"--gpu auto: {key}")
+    return key
+
+
 def spec_from_options(cls, **values):
     """Build a frozen pydantic spec from command options; the first validation error becomes one
     InvalidInputError naming the option, instead of a pydantic traceback."""

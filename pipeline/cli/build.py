@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, set_json
+from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, resolve_gpu, set_json
 from pipeline.output import OUT
 from pipeline.reporting import OutputReporter
 
@@ -61,13 +61,8 @@ def build(
     from pipeline.engine import BuildSpec, build_engine, plan_build
 
     set_json(json_output)
-    if gpu == "auto":
-        from pipeline.host import detect_gpu_key
-
-        gpu = detect_gpu_key()
-        OUT.info(f"--gpu auto: {gpu}")
     spec = BuildSpec(
-        gpu=gpu, checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
+        gpu=resolve_gpu(gpu), checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
         backend=backend,

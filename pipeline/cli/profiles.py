@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import BACKENDS, GoalOpt, JsonOpt, one_of, set_json
+from pipeline.cli._options import BACKENDS, GoalOpt, JsonOpt, one_of, resolve_gpu, set_json
 from pipeline.output import OUT, simple_table
 
 ModelSourceOpt = Annotated[str, typer.Option(
@@ -38,12 +38,7 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
         source = stage_dir(model, "hf")
     gpus = None
     if gpu:
-        if gpu == "auto":
-            from pipeline.host import detect_gpu_key
-
-            gpu = detect_gpu_key()
-            OUT.info(f"--gpu auto: {gpu}")
-        gpus = [gpu]
+        gpus = [resolve_gpu(gpu)]
     rows = [r for r in list_profiles(source, model=name, gpus=gpus, goal=goal) if backend in (None, r.backend)]
     table = simple_table(
         f"Build profiles for {model} ({goal}); --json for the full reasons",
