@@ -54,6 +54,11 @@ class GpuSpec(BaseModel):
     def kv_precisions(self) -> list[str]:
         return [f.name for f in KV_CACHE_FORMATS.values() if self.can_run_kv(f)]
 
+    def summary(self) -> dict:
+        """What a build plan and its manifest record of the GPU it was made for."""
+        return {"key": self.key, "compute_capability": self.compute_capability, "architecture": self.architecture,
+                "product_label": self.product_label, "memory_gib": self.memory_gib}
+
     def can_run(self, fmt: QuantFormat) -> bool:
         return self.cc >= fmt.min_compute_capability
 

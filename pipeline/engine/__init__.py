@@ -251,8 +251,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | Any:
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
-        gpu={"key": gpu.key, "compute_capability": gpu.compute_capability, "architecture": gpu.architecture,
-             "product_label": gpu.product_label, "memory_gib": gpu.memory_gib},
+        gpu=gpu.summary(),
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,

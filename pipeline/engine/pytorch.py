@@ -297,8 +297,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     return TorchPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name,
         runtime="reference" if gpu.is_cpu else "pytorch",
-        gpu={"key": gpu.key, "compute_capability": gpu.compute_capability, "architecture": gpu.architecture,
-             "product_label": gpu.product_label, "memory_gib": gpu.memory_gib},
+        gpu=gpu.summary(),
         checkpoint=ckpt.path, checkpoint_format=HF_FORMAT, model_source=source,
         deploy_dir=stage_dir(ckpt.model, "engines", profile.id), limits=limits, options=options, why=why,
         memory=memory, inputs_hash=inputs_hash, simulated=simulated, notes=[*notes, *fit_notes], plan_only=plan_only,
