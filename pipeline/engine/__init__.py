@@ -17,16 +17,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
 from pipeline.engine.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.engine.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
-from pipeline.engine.memory import EngineTarget, Limits, MemoryEstimate, default_limits, estimate, what_would_fit
+from pipeline.engine.memory import EngineTarget, default_limits
+from pipeline.engine.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.engine.runner import run_logged
 from pipeline.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.gpus import GpuSpec, get_gpu
-from pipeline.download_sources import parse_source
-from pipeline.paths import build_root, stage_dir
+from pipeline.paths import stage_dir
 from pipeline.planner import Goal, check_tp
 from pipeline.profiles import BuildProfile, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
@@ -58,22 +58,6 @@ class BuildSpec(BaseModel):
     gemm_plugin: str | None = None
     force: bool = False
     backend: Backend = DEFAULT_BACKEND
-
-
-class PlannedProfile(BaseModel):
-    """What every build plan decides: the profile, the GPU, the input, the limits and the memory estimate."""
-
-    model_config = ConfigDict(frozen=True)
-
-    profile: BuildProfile
-    profile_id: str
-    profile_name: str
-    gpu: dict[str, Any]
-    checkpoint: Path
-    limits: Limits
-    memory: MemoryEstimate
-    inputs_hash: str
-    notes: list[str] = []
 
 
 class BuildPlan(PlannedProfile):
@@ -137,17 +121,6 @@ def _refuse_converted_hf(path: Path, gpu: GpuSpec) -> None:
         )
 
 
-def model_folder_name(model: str) -> str:
-    """build/<model>: the name itself when that folder exists, else the folder `pipeline download`
-    gives the source (so `--model demo` or `--model hf:org/name` find what download/convert wrote)."""
-    if (build_root() / model).is_dir():
-        return model
-    try:
-        return parse_source(model).model
-    except InvalidInputError:
-        return model
-
-
 def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointInfo, list[str]]:
     """The reference runtime serves HF weights; a quantized precision (from --quant or the converted
     checkpoint) is simulated with ModelOpt fake quantization when the server loads the model."""
@@ -172,27 +145,6 @@ def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointI
         raise InvalidInputError(f"{shape_source.path} holds no weights (*.safetensors or *.bin).",
                                 hint="Run `pipeline download` for the model first.")
     return shape_source.model_copy(update={"model": ckpt.model, "quant": quant, "kv_cache": kv, "tp": 1, "pp": 1}), notes
-
-
-def check_fits(name: str, target: EngineTarget, limits: Limits) -> tuple[MemoryEstimate, list[str]]:
-    """The memory estimate of model `name`; refuses (with what would fit) a model that does not fit, notes low memory."""
-    notes: list[str] = []
-    gpu, quant, kv, tp, pp = target.gpu, target.quant, target.kv, target.tp, target.pp
-    memory = estimate(target, limits)
-    if not memory.fits:
-        ideas = what_would_fit(target, limits)
-        raise UnsupportedError(
-            f"{name} ({quant.name}, KV {kv.name}, tp {tp}, pp {pp}) does not fit on {gpu.key}: it needs "
-            f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
-            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
-            f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
-            hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
-        )
-    if memory.low_memory:
-        ideas = what_would_fit(target, limits, roomy=True)
-        notes.append(f"low memory: the KV cache holds only {memory.max_full_sequences} sequence(s) of {limits.max_seq_len} "
-                     f"tokens{'; more room with ' + ' or '.join(ideas[:3]) if ideas else ''}")
-    return memory, notes
 
 
 def plan_build(spec: BuildSpec) -> BuildPlan | Any:
@@ -277,11 +229,6 @@ def copy_tokenizer(source: Path, engine_dir: Path) -> None:
         link_or_copy(path, target / path.name)
 
 
-def cached(engine_dir: Path, inputs_hash: str) -> bool:
-    """Same inputs and every recorded file intact (size and mtime; hashed with `pipeline --verify`)."""
-    return is_up_to_date(engine_dir, inputs_hash) and bool((read_manifest(engine_dir) or {}).get("files"))
-
-
 def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: float | None) -> dict[str, Any]:
     return {
         "profile": plan.profile.model_dump(mode="json"),
@@ -299,12 +246,6 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "timings": timings,
         "peak_rss_mib": peak_rss_mib,
     }
-
-
-def build_origin(plan: BuildPlan | Any) -> ArtifactOrigin:
-    """A build's manifest origin (an engine or a PyTorch deployable): its checkpoint and profile, hashed
-    with everything the plan decided."""
-    return ArtifactOrigin("build", {"checkpoint": str(plan.checkpoint), "profile_id": plan.profile_id}, plan.inputs_hash)
 
 
 def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildResult:

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
-from pipeline.engine import PlannedProfile, build_origin, cached, check_fits, model_folder_name
+from pipeline.engine.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.engine.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.engine.llm_args import check_options, source_commit
 from pipeline.engine.memory import EngineTarget, Limits, default_limits
