@@ -39,6 +39,7 @@ from pipeline.deployable import Deployable
 from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError
 from pipeline.paths import new_log_file
 from pipeline.processes import ServerProcess, spawn
+from pipeline.tool_env import nvidia_environment
 
 Engine = Literal["trtllm-serve", "transformers"]
 SERVING_MODULES = ("fastapi", "uvicorn", "openai")  # transformers[serving], as `transformers serve` checks them
@@ -155,7 +156,8 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
         command = trtllm_command(deployable, spec.host, port)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # trtllm-serve is NVIDIA's: the image's python3 and TensorRT-LLM's packages, not the pipeline's venv
+    env = {**(nvidia_environment() if engine == "trtllm-serve" else os.environ), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())

@@ -14,6 +14,7 @@ process takes tritonserver down, and its Python stubs exit when they see tritons
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from pipeline.host import known_gpu_key
 from pipeline.paths import new_log_file
 from pipeline.processes import ServerProcess, spawn
 from pipeline.serve_health import wait_ready, warm_up
+from pipeline.tool_env import nvidia_environment, pipeline_environment
 from pipeline.triton_binary import TritonBinary, find_tritonserver
 
 STOP_MARGIN_S = 10.0  # beyond the exit timeout before stop() kills the process group
@@ -186,6 +188,31 @@ def _backend_of(config: Path) -> str | None:
     return match.group(1) if match else None
 
 
+def needs_pipeline(repo: Path) -> bool:
+    """Whether the repository's models import the pipeline: its tensorrt_llm model is the CPU reference runtime
+    (render's manifest says runtime reference; a repository without one is read for the import)."""
+    manifest = repo / "manifest.json"
+    try:
+        runtime = json.loads(manifest.read_text(encoding="utf-8")).get("runtime")
+    except (OSError, ValueError, AttributeError):
+        runtime = None
+    if runtime is not None:
+        return runtime == "reference"
+    return any("pipeline.reference_runtime" in model.read_text(encoding="utf-8", errors="replace")
+               for model in repo.glob("*/1/model.py"))
+
+
+def server_environment(repo: Path, binary: TritonBinary) -> dict[str, str]:
+    """tritonserver's environment. The nvidia-pytriton server runs the stub built for this interpreter, so all of
+    it runs in the pipeline's environment. NVIDIA's server (on PATH: the image) runs its Python models under the
+    image's python3 and TensorRT-LLM's packages, without the pipeline's virtual environment, unless the
+    repository is the reference runtime's, which imports the pipeline (pipeline.tool_env)."""
+    if binary.source != "PATH":
+        return {**os.environ, **binary.env}
+    base = pipeline_environment() if needs_pipeline(repo) else nvidia_environment()
+    return {**base, **binary.env}
+
+
 def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> TritonServer:
     """Start tritonserver for spec.repo, wait until it is ready (and warmed up), and return it.
 
@@ -208,7 +235,7 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
         command = tritonserver_command(spec, binary)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file("tritonserver")
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **binary.env}
+    env = server_environment(spec.repo, binary)
     started = time.monotonic()
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())

@@ -31,6 +31,7 @@ from pipeline.planner import Goal, check_tp
 from pipeline.profiles import BuildProfile, check_engine_compatible
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.reporting import SILENT, Reporter
+from pipeline.tool_env import nvidia_environment
 from pipeline.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
 
 __all__ = ["BuildSpec", "BuildPlan", "BuildResult", "PlannedProfile", "plan_build", "build_engine", "check_fits", "cached",
@@ -291,7 +292,8 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                 if line.strip():
                     progress.advance(task, 0, description=f"trtllm-build: {line.strip()[:70]}")
 
-            result = run_logged(argv, log_path, on_line=show)
+            # NVIDIA's tool: the image's python3 and TensorRT-LLM's packages, not the pipeline's venv
+            result = run_logged(argv, log_path, env=nvidia_environment(), on_line=show)
             progress.finish(task)
         if result.returncode != 0:
             raise StageFailedError(

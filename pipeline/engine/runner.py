@@ -64,7 +64,8 @@ def run_logged(
     on_line: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run argv, appending its stdout+stderr to log_path line by line; return exit code, time and the
-    peak resident memory of its whole process tree (sampled)."""
+    peak resident memory of its whole process tree (sampled). env is the child's whole environment
+    (default: this process's)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     peak = 0
@@ -73,7 +74,7 @@ def run_logged(
         log.flush()
         child = spawn(  # dies with this process (parent-death signal), its group is stopped on errors
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, text=True, errors="replace", bufsize=1,
+            env=dict(os.environ) if env is None else env, cwd=cwd, text=True, errors="replace", bufsize=1,
             start_new_session=True,
         )
         done = threading.Event()

@@ -37,6 +37,8 @@ for rank in range(workers):
     open(os.path.join(out, f"rank{{rank}}.engine"), "wb").write(b"engine" * 100)
 with open(os.environ["STAND_IN_ARGV"], "w") as f:
     json.dump(argv, f)
+with open(os.environ["STAND_IN_ARGV"] + ".env", "w") as f:
+    json.dump(dict(os.environ), f)
 """
 
 
@@ -124,6 +126,22 @@ def test_successful_build_runs_the_planned_command_and_caches(env):
     os.remove(env["argv"])
     again = build_engine(spec)
     assert again.cached and not env["argv"].exists()  # the tool did not run again
+
+
+def test_trtllm_build_runs_under_the_images_python_not_the_pipelines_venv(env, monkeypatch):
+    """In the image the pipeline runs from its own venv; trtllm-build must not inherit it (#21): no venv bin/ on its
+    PATH, no VIRTUAL_ENV, so it and every Python it starts import TensorRT-LLM's own transformers."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests run outside a virtual environment: there is no venv to keep away")
+    install_stand_in(env["tools"])
+    own_bin = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"{own_bin}:{env['tools']}:/usr/bin:/bin")
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)
+    ckpt = trtllm_checkpoint(env["root"] / "llama" / "checkpoints" / "fp8kvfp8-tp1-x")
+    build_engine(BuildSpec(checkpoint=ckpt, gpu="h100", goal="latency"))
+    seen = json.loads(Path(str(env["argv"]) + ".env").read_text())
+    assert seen["PATH"].split(os.pathsep) == [str(env["tools"]), "/usr/bin", "/bin"]
+    assert "VIRTUAL_ENV" not in seen
 
 
 def test_build_shows_the_tools_output_as_progress_on_the_reporter_and_prints_nothing(env, capsys):
