@@ -28,23 +28,36 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -c "import importlib.metadata as m, sys; v = m.version('tensorrt_llm'); sys.exit(0 if v == '${TRTLLM_VERSION}' else f'tensorrt_llm {v} != pinned ${TRTLLM_VERSION}')" \
  && command -v trtllm-build && command -v tritonserver
 
-# The pipeline's own environment. --system-site-packages reuses the image's CUDA torch; packages the
-# pipeline pins differently (transformers, nvidia-modelopt) shadow the image's only inside this venv,
-# while trtllm-build keeps running under the image's own python3 and its own packages.
-ENV VIRTUAL_ENV=/opt/pipeline \
+# make: NVIDIA's runtime image has none (server r25.12 build.py:1379-1393 installs clang, curl, git, wget
+# and python3-pip), and `docker run <image> make engine ...` is how this image is used. Not pinned: the
+# version is whatever the base image's distribution carries.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make \
+ && rm -rf /var/lib/apt/lists/*
+
+# The pipeline's own environment (transformers 5, ModelOpt 0.47). NVIDIA's image has no python3-venv
+# (ensurepip), but it has virtualenv (build.py:1455-1466). --system-site-packages reuses the image's CUDA
+# torch; the packages the pipeline pins differently shadow the image's only inside /opt/pipeline.
+# The venv is NOT put on PATH: `python3` stays the image's, so every NVIDIA process (trtllm-build,
+# trtllm-serve, mpirun, and the Python-backend stubs, which pick their interpreter from PATH) keeps
+# TensorRT-LLM's own transformers 4.57.1; the pipeline strips its venv from what it starts
+# (pipeline/tool_env.py) and adds it back only for the CPU reference runtime.
+ENV PIPELINE_VENV=/opt/pipeline \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}"
+RUN python3 -m virtualenv --quiet --system-site-packages "${PIPELINE_VENV}"
 
 WORKDIR /workspace/pipeline
 COPY pyproject.toml README.md ./
 COPY pipeline ./pipeline
 COPY model_repo_templates ./model_repo_templates
 COPY Makefile ./
-RUN "${VIRTUAL_ENV}/bin/pip" install --no-cache-dir . \
- && "${VIRTUAL_ENV}/bin/pipeline" --help > /dev/null \
+RUN "${PIPELINE_VENV}/bin/pip" install --no-cache-dir . \
+ && ln -s "${PIPELINE_VENV}/bin/pipeline" /usr/local/bin/pipeline \
+ && pipeline --help > /dev/null \
  && touch /workspace/pipeline/.image-installed
 
 RUN groupadd --gid 10001 pipeline \
@@ -52,9 +65,7 @@ RUN groupadd --gid 10001 pipeline \
  && mkdir -p /workspace/build \
  && chown -R pipeline:pipeline /workspace
 
-# tritonserver and trtllm-build stay on the image's PATH; the pipeline's venv comes first.
-ENV PATH="${VIRTUAL_ENV}/bin:${PATH}" \
-    PIPELINE_BUILD_DIR=/workspace/build \
+ENV PIPELINE_BUILD_DIR=/workspace/build \
     HF_HOME=/workspace/.cache/huggingface
 
 USER 10001:10001

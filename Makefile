@@ -34,7 +34,7 @@ help:
 	@echo "make engine GPU=h100 MODEL=demo QUANT=fp8 [KV=fp8] [GOAL=throughput] [BACKEND=tensorrt|pytorch] [EVAL=1] [DRY_RUN=1]"
 	@echo "make serve [REPO=dir] | smoke URL=host:port | bench URL=host:port [SLO=...]"
 	@echo "make bundle [ENGINE=dir] [MODEL_ROOT=/models] [BUNDLE_OUT=dir]   the deployable bundle (models + engine + tokenizer)"
-	@echo "make plan | profiles | doctor | gpus | k8s PROFILE=id | image | soak"
+	@echo "make plan | profiles | doctor | gpus | k8s PROFILE=id | image | image-test | soak"
 	@echo "README.md has the full list."
 
 install: $(STAMP)
@@ -93,9 +93,13 @@ plan-check: $(STAMP)
 TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
 TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
 IMAGE ?= trtllm-pipeline:$(TRITON_RELEASE)
-.PHONY: image profiles doctor
+.PHONY: image image-test profiles doctor
 image:
 	docker build --build-arg TRITON_RELEASE=$(TRITON_RELEASE) --build-arg TRTLLM_VERSION=$(TRTLLM_VERSION) -t $(IMAGE) .
+# image-test: the Dockerfile built for real with buildah (no daemon) on a stand-in for NVIDIA's base, then the
+# checks inside it as uid 10001 (tests/image/). Root, buildah and debootstrap: apt-get install buildah debootstrap.
+image-test:
+	scripts/image_test.sh $(BUILD_DIR)/image-test
 profiles: $(STAMP)
 	$(PIPE) profiles --model $(MODEL) $(if $(filter-out auto,$(GPU)),--gpu $(GPU),--gpu auto)
 doctor: $(STAMP)

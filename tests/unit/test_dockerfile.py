@@ -59,12 +59,21 @@ def test_runs_as_non_root_and_bakes_no_secret():
     assert "!pipeline/" in dockerignore and "!build/" not in dockerignore
 
 
-def test_installs_the_pipeline_and_keeps_trtllm_build_on_the_image_python():
+def test_installs_the_pipeline_in_its_own_venv_that_nvidia_processes_never_see():
+    """NVIDIA's image has no python3-venv (ensurepip) but has virtualenv, and no make (#21): the venv is made with
+    virtualenv, make is installed, and the venv stays off PATH so `python3` (what trtllm-build, mpirun and the
+    Python-backend stubs run) is the image's. `make image-test` builds and runs it for real."""
     rows = _instructions()
-    runs = " ".join(rest for kw, rest in rows if kw == "RUN")
-    assert "venv --system-site-packages" in runs and "pip\" install --no-cache-dir ." in runs
+    runs = [rest for kw, rest in rows if kw == "RUN"]
+    joined = " ".join(runs)
+    assert "python3 -m virtualenv" in joined and "--system-site-packages" in joined
+    assert "python3 -m venv" not in joined
+    assert any("apt-get install" in run and " make" in run for run in runs)
+    assert 'pip" install --no-cache-dir .' in joined and "ln -s" in joined and "/usr/local/bin/pipeline" in joined
     env = " ".join(rest for kw, rest in rows if kw == "ENV")
-    assert "PIPELINE_BUILD_DIR=/workspace/build" in env and "${VIRTUAL_ENV}/bin:${PATH}" in env
+    assert "PIPELINE_BUILD_DIR=/workspace/build" in env
+    assert "PATH=" not in env.replace("PIPELINE_", ""), "the pipeline's venv must not go on PATH"
+    assert "VIRTUAL_ENV" not in env
     copies = [rest for kw, rest in rows if kw == "COPY"]
     assert any(c.startswith("pipeline ") for c in copies) and not any(c.startswith(". ") for c in copies)
 
@@ -85,3 +94,15 @@ def test_mounts_in_comments_and_readme_are_where_artifacts_land():
     assert volumes == [f'["{build_dir}"]']
     mounts = re.findall(r'-v "?\$PWD/build:(\S+?)"?\s', DOCKERFILE.read_text() + (ROOT / "README.md").read_text())
     assert len(mounts) >= 3 and set(mounts) == {build_dir}, mounts
+
+
+def test_ci_builds_and_checks_the_image_after_the_tests():
+    """`.ci/run` runs `make test`, then `make image-test` (scripts/image_test.sh: the Dockerfile built with buildah
+    on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("make test") < ci.index("make image-test")
+    assert re.search(r"^image-test:\n\tscripts/image_test.sh", (ROOT / "Makefile").read_text(), re.M)
+    for script in ("scripts/image_test.sh", "tests/image/make_base.sh", "tests/image/checks.sh",
+                   "tests/image/standin/bin/mpirun", "tests/image/standin/bin/nvidia-smi"):
+        result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, f"{script}: {result.stderr}"

@@ -36,7 +36,9 @@ context_phase_params (disaggregated serving).
 import json
 import locale
 import logging
+import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +100,8 @@ def _scalar(request, name, cast, default=None, row=0):
 
 class TritonPythonModel:
     def initialize(self, args):
+        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
+        pb_utils.Logger.log_info(f"tensorrt_llm reference: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         # The stub's embedded interpreter starts in the C locale (ASCII file reads); ModelOpt, used for
         # simulated precisions, imports torch inductor, which reads UTF-8 templates at import time.
         try:

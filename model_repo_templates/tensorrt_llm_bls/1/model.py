@@ -14,8 +14,10 @@ call run on those threads too, and execute returns when all have answered.
 
 import json
 import math
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -82,6 +84,8 @@ def check_sampling(request):
 
 class TritonPythonModel:
     def initialize(self, args):
+        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
+        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})

@@ -30,8 +30,10 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import threading
 import time
+from importlib import metadata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -163,6 +165,8 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
+        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
+        pb_utils.Logger.log_info(f"llmapi tensorrt_llm: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         logger = logging.getLogger("pipeline")
         if not any(isinstance(h, _TritonLogHandler) for h in logger.handlers):  # into the server log
             logger.addHandler(_TritonLogHandler())

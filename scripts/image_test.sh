@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make image-test`: build the Dockerfile for real, as users build it, on a stand-in for NVIDIA's base
+# (tests/image/make_base.sh says what it is and what it cannot prove), then run tests/image/checks.sh
+# inside the image as uid 10001. Needs root, buildah and debootstrap (`.ci/run` installs them with apt);
+# no Docker daemon: buildah with the vfs storage driver and chroot isolation.
+#
+#   scripts/image_test.sh [WORKDIR]      (default build/image-test; keeps the debootstrapped root filesystem)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mkdir -p "${1:-$root/build/image-test}" && cd "${1:-$root/build/image-test}" && pwd)"
+export STORAGE_DRIVER="${STORAGE_DRIVER:-vfs}"
+export BUILDAH_ISOLATION=chroot
+started=$(date +%s)
+
+missing=""
+[ "$(id -u)" = 0 ] || missing="root "
+for tool in buildah debootstrap; do command -v "$tool" > /dev/null || missing="$missing$tool "; done
+if [ -n "$missing" ]; then
+    echo "image-test needs: $missing(apt-get install buildah debootstrap, as root)" >&2
+    exit 3
+fi
+
+release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/versions.py').read())[1])")"
+trtllm="$(python3 -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('$root/pipeline/versions.py').read())[1])")"
+image="trtllm-pipeline:$release"
+
+"$root/tests/image/make_base.sh" "$work"
+
+printf '\n== buildah bud (%s)\n' "$(date +%T)"
+buildah bud --format docker --isolation chroot --layers=false --pull=never -q \
+    --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
+    -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
+    || { tail -n 40 "$work/bud.log"; exit 1; }
+
+printf '\n== checks inside %s (%s)\n' "$image" "$(date +%T)"
+check="$work/check"
+rm -rf "$check" && mkdir -p "$check/out"
+cp "$root/tests/image/checks.sh" "$root/tests/image/make_tiny_model.py" "$check/"
+install -m 0755 "$root/tests/image/standin/bin/nvidia-smi" "$check/nvidia-smi"
+chown -R 10001:10001 "$check/out"
+buildah rm image-test > /dev/null 2>&1 || true
+buildah from -q --pull=never --name image-test "$image" > /dev/null
+status=0
+buildah run --isolation chroot --user 10001:10001 \
+    -v "$check:/check" -v "$check/nvidia-smi:/usr/bin/nvidia-smi:ro" \
+    image-test -- bash /check/checks.sh || status=$?
+buildah rm image-test > /dev/null
+echo "image-test: $((($(date +%s) - started) / 60)) min $((($(date +%s) - started) % 60)) s; logs in $check/out"
+exit $status
