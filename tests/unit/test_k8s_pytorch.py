@@ -373,3 +373,39 @@ def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build_root: Pat
             assert (Path(result["bundle_dir"]) / "tensorrt_llm" / "1" / "model.yaml").is_file()
             target = one(out, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
             assert target == str(batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host memory: what TensorRT-LLM's HF weight loader does in every rank (pipeline/k8s/layout.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def memory_of(docs: dict) -> tuple[int, int]:
+    """(request, limit) of the serving container in GiB."""
+    workload = next(d for name, ds in docs.items() for d in ds if d["kind"] in ("Deployment", "LeaderWorkerSet"))
+    resources = workload["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return tuple(int(resources[key]["memory"].removesuffix("Gi")) for key in ("requests", "limits"))
+
+
+@pytest.mark.parametrize("api", ["triton", "openai"])
+def test_a_tp4_70b_pytorch_pod_holds_the_checkpoint_its_loader_reads(api: str) -> None:
+    """Every rank maps every safetensors file (shared page cache: the checkpoint once) and the local ranks
+    prefetch their files[local_rank::4] into private buffers (the checkpoint once more, between them): a
+    pod of 4 ranks needs at least 4 x (1/4 + 1/4 of the checkpoint) beside its base, not one engine share."""
+    from pipeline.k8s.layout import Served
+    from pipeline.k8s.stage import render_manifests
+
+    checkpoint = 140 * 10**9  # a 70B model in 16-bit weights
+    gib = checkpoint / 2**30
+    profile = BuildProfile(model="llama-70b", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", quant="fp16",
+                           tp=4, backend="pytorch")
+    served = Served(serving="llmapi" if api == "triton" else "openai", size_bytes=checkpoint, max_batch_size=64)
+    request, limit = memory_of(render_manifests(profile, K8sSpec(profile_id=profile.id, api=api), served))
+    ranks = profile.world_size
+    per_rank = gib / ranks + gib / ranks  # its prefetch share (private) + its share of the mapped page cache
+    base = 6 + 2 * ranks
+    assert request >= base + ranks * per_rank and limit > request
+    # the engine of the same size is unchanged: each rank reads its own rank<N>.engine (x1.25 slack)
+    engine = BuildProfile(model="llama-70b", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", quant="fp16", tp=4)
+    engine_request, _ = memory_of(render_manifests(engine, K8sSpec(profile_id=engine.id), Served(size_bytes=checkpoint)))
+    assert engine_request == -(-(base + 1.25 * gib) // 1)
