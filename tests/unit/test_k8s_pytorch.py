@@ -18,6 +18,7 @@ from pipeline.cli import run
 from pipeline.commands import trtllm_serve_command
 from pipeline.gpus import get_gpu
 from pipeline.k8s import KUBERNETES_VERSION, TRITON_CORE_METRICS, K8sSpec, render_k8s
+from pipeline.k8s.layout import milli
 from pipeline.k8s.monitoring import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
 from pipeline.profiles import BuildProfile
 from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
@@ -231,7 +232,9 @@ def test_llmapi_manifests(build_root: Path, tmp_path: Path) -> None:
     core = set(TRITON_CORE_METRICS) | {f"nv_inference_first_response_histogram_ms_{s}" for s in ("bucket", "sum", "count")}
     assert used and used <= core, used - core  # no nv_trt_llm_*: the C++ backend's families do not exist here
     hpa = one(result.out_dir, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]
-    assert hpa["metric"]["name"] == INFLIGHT_METRIC and hpa["target"]["averageValue"] == str(OPTIONS["max_batch_size"])
+    # 0.8 x the options' max_batch_size (16) requests in flight per pod
+    assert hpa["metric"]["name"] == INFLIGHT_METRIC and hpa["target"]["averageValue"] == "12800m"
+    assert "pipeline_requests_in_flight{" in " ".join(exprs)  # the LLM-API model's own gauge
 
 
 def test_llmapi_on_the_cpu_reference_runtime(build_root: Path, tmp_path: Path) -> None:
@@ -372,7 +375,7 @@ def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build_root: Pat
         else:
             assert (Path(result["bundle_dir"]) / "tensorrt_llm" / "1" / "model.yaml").is_file()
             target = one(out, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
-            assert target == str(batch)
+            assert target == milli(0.8 * batch)
 
 
 # ---------------------------------------------------------------------------------------------
