@@ -27,7 +27,7 @@ MaxReplicasOpt = Annotated[Optional[int], typer.Option("--max-replicas", min=1, 
 GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node; larger worlds become a LeaderWorkerSet.")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Resource name (default triton-<model>-<profile id>).")]
 HfSecretOpt = Annotated[str, typer.Option("--hf-token-secret", help="Secret with key HF_TOKEN (referenced, never inlined).")]
-QueueRatioOpt = Annotated[float, typer.Option("--queue-ratio-target", help="HPA target: Triton queue time per unit of compute time.")]
+QueueRatioOpt = Annotated[float, typer.Option("--queue-ratio-target", help="HPA target of trtllm-serve (--api openai): queue time per unit of compute time.")]
 BundleOpt = Annotated[Optional[Path], typer.Option(
     "--bundle", help="A bundle rendered with --model-root /models (default: render one under build/<model>/bundles/).")]
 BundleImageOpt = Annotated[Optional[str], typer.Option(

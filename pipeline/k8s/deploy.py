@@ -18,8 +18,9 @@ def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble
         notes.append("trtllm-serve exports Prometheus metrics at /prometheus/metrics only with the LLM-API option "
                      "return_perf_metrics: true; the bundle's llm_api_options.yaml sets it (the deployable's is unchanged)")
     if serving == "llmapi":
-        notes.append("the Triton LLM-API model exports Triton's core metrics only (no nv_trt_llm_* families): the "
-                     "autoscaler reads requests in flight per pod against the options' max_batch_size")
+        notes.append("the Triton LLM-API model exports Triton's core metrics and its own pipeline_requests_in_flight "
+                     "(no nv_trt_llm_* families): the autoscaler holds requests in flight per pod at 0.8 x the "
+                     "options' max_batch_size")
     if profile.runtime == "reference" and not spec.image:
         notes.append(f"{CPU_IMAGE_NOTE}; the default {TRITON_IMAGE} does not carry the pipeline")
     if profile.runtime == "reference" and spec.model_store in ("image", "pvc") and not spec.base_image:

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipeline.deployable import PYTORCH_BACKEND
 from pipeline.errors import UnsupportedError
 from pipeline.gpus import GpuSpec
 from pipeline.k8s.spec import HTTP_PORT, PORTS, PROFILE_LABEL, ROLE_LABEL, Api, K8sSpec, Serving
@@ -20,6 +21,32 @@ from pipeline.versions import TRITON_RELEASE
 # in newer ones: src/python_be.cc, triton-inference-server/python_backend). The larger is budgeted, so the
 # memory-backed /dev/shm fits every stub the rendered repository starts whichever release serves it.
 PYTHON_STUB_SHM_BYTES = 64 << 20
+
+# Host memory per byte of a pod's share of the model files, on a GPU.
+# Engine: every rank reads its own rank<N>.engine into host memory before it goes to the GPU (x1.25 slack).
+ENGINE_LOAD_FACTOR = 1.25
+# PyTorch backend (Triton's LLM-API model and trtllm-serve; one pod holds every rank): TensorRT-LLM's
+# HfWeightLoader (tensorrt_llm/_torch/models/checkpoints/hf/weight_loader.py, NVIDIA/TensorRT-LLM @149b2213:
+# the code index holds no v1.1.0 tag and does not date its versions; the later ones read, up to @02086d89,
+# do the same) runs in EVERY rank:
+#   - load_weights (:27-56) takes every *.safetensors file of the checkpoint, whatever the rank's TP share;
+#   - it prefetches them (:44-52) when their total is under 90% of psutil's available memory, which in a
+#     container is the node's, not the pod's limit: the node's local ranks split the files between them
+#     (prefetch_files :129, files[local_rank::local_size]) and each file is read whole with f.read()
+#     (:118-119), up to 16 files at once per rank (:133-136). Those buffers are private (anonymous) memory,
+#     and between them the ranks hold up to the whole checkpoint at once, on top of the page cache it fills;
+#   - then every rank calls safetensors.torch.load_file on every file (:54-56, :94-96). With torch >= 1.11
+#     safetensors maps the file (torch UntypedStorage.from_file, shared=False: a private, copy-on-write file
+#     mapping; huggingface/safetensors @000a16f4 bindings/python/src/lib.rs, Open::new and get_tensor's
+#     TorchStorage branch) and returns views into it, no copy: measured here with safetensors 0.8.0, the
+#     tensors lie in an `rw-p` mapping of the file and RssFile, not RssAnon, grows by the file's size
+#     (tests/conformance/test_safetensors_mapping.py). The pages are the page cache's, shared by the ranks
+#     and charged once to the pod's cgroup, so the ranks do not hold a private copy each.
+# So a pod needs the checkpoint up to once as the prefetch's private buffers (x1: over the limit, the pod is
+# OOM-killed), once as page cache (x1: reclaimable, but below it the prefetched pages are evicted before
+# load_file reads them and the load runs at disk speed), and the engine rule's slack for the per-tensor
+# staging copies on the way to the GPU (x0.25).
+PYTORCH_LOADER_FACTOR = 2.25
 
 
 @dataclass(frozen=True)
@@ -145,8 +172,9 @@ def pod_sizing(ctx: Ctx) -> dict[str, Any]:
     """CPU, memory, /dev/shm and startup budget from the profile and the engine's size.
 
     Each rank deserializes its engine in host memory before copying it to the GPU, so a pod needs its
-    share of the engine (x1.25) plus a base for Triton, tokenizers and MPI. The reference runtime keeps
-    the whole checkpoint in RAM (fp32 plus transformers' working copies: x2.5)."""
+    share of the engine (x1.25) plus a base for Triton, tokenizers and MPI. A PyTorch-backend pod loads
+    the whole checkpoint, not a share: PYTORCH_LOADER_FACTOR says why. The reference runtime keeps the
+    whole checkpoint in RAM (fp32 plus transformers' working copies: x2.5)."""
     gib = 1 << 30
     share = ctx.served.size_bytes / ctx.layout.pods_per_replica / gib
     # every Python-backend instance (stub process) maps its own /dev/shm region
@@ -155,7 +183,8 @@ def pod_sizing(ctx: Ctx) -> dict[str, Any]:
         cpu, memory, shm = 4, 4 + 2.5 * share, math.ceil(1 + stubs_gib)
     else:
         g = ctx.layout.gpus_per_pod
-        cpu, memory, shm = 2 + 2 * g, 6 + 2 * g + 1.25 * share, math.ceil(1 + g + stubs_gib)
+        factor = PYTORCH_LOADER_FACTOR if ctx.profile.backend == PYTORCH_BACKEND else ENGINE_LOAD_FACTOR
+        cpu, memory, shm = 2 + 2 * g, 6 + 2 * g + factor * share, math.ceil(1 + g + stubs_gib)
     startup = ctx.spec.startup_timeout_s or int(min(3600, max(600, 300 + 10 * share)))
     return {"cpu": str(cpu), "memory_gib": math.ceil(memory), "shm_gib": shm, "startup_s": startup,
             "model_volume_gib": math.ceil(share * 1.25 + 2)}

@@ -4,9 +4,10 @@ rule, HorizontalPodAutoscaler), and the Grafana dashboard, for each server.
 The recording rules and the dashboards are data files with a few values filled in (`%{name}`: the
 namespace, the PodMonitor's job label, the resource name, the model and profile, max_batch_size):
 pipeline/data/k8s/scaling_rules.yaml and dashboard_<serving>.json. The autoscaler reads, per pod:
-- Triton on an engine: queue time per unit of compute time of the tensorrt_llm model;
-- Triton LLM-API: requests in flight against the options' max_batch_size (Triton's core families only:
-  the C++ backend's nv_trt_llm_* and nv_llm_* families do not exist for a Python model);
+- Triton, every runtime (engine, reference, LLM-API): requests in flight in the tensorrt_llm model, against
+  a share of max_batch_size (the engine's or the LLM-API options'): our Python models' own gauge
+  (IN_FLIGHT_FAMILY), or the C++ backend's active requests (scaling_rules.yaml says why not Triton's
+  request or queue durations). The LLM-API model exports no other nv_trt_llm_* or nv_llm_* family;
 - trtllm-serve: request_queue_time_seconds over (e2e latency - queue time), the five families of
   pipeline/data/trtllm_serve_metrics.tsv.
 TTFT on the engine dashboard is Triton's nv_inference_first_response_histogram_ms (decoupled models,
@@ -41,6 +42,9 @@ TRITON_CORE_METRICS = frozenset({
     "nv_inference_first_response_histogram_ms", "nv_gpu_utilization", "nv_gpu_memory_total_bytes",
     "nv_gpu_memory_used_bytes", "nv_gpu_power_usage",
 })
+# The gauge our Python tensorrt_llm models export (model_repo_templates/tensorrt_llm/1/model.py and
+# llmapi/tensorrt_llm/1/model.py write the name: they cannot import the pipeline in NVIDIA's image).
+IN_FLIGHT_FAMILY = "pipeline_requests_in_flight"
 SCALING_RULES = "scaling_rules.yaml"
 DASHBOARDS = ("dashboard_ensemble.json", "dashboard_llmapi.json", "dashboard_openai.json")
 _PLACEHOLDER = re.compile(r"%\{(\w+)\}")
@@ -73,7 +77,7 @@ def scaling_rules() -> dict[str, dict[str, str]]:
     return yaml.safe_load(data_text(SCALING_RULES))
 
 
-RATIO_RECORD = scaling_rules()["ensemble"]["record"]
+INFLIGHT_RECORD = scaling_rules()["ensemble"]["record"]
 INFLIGHT_METRIC = scaling_rules()["llmapi"]["metric"]
 OPENAI_RATIO_METRIC = scaling_rules()["openai"]["metric"]
 
@@ -88,13 +92,19 @@ class Scaling:
     target: str
 
 
+def max_batch_size(ctx: Ctx) -> int:
+    """The LLM-API options' max_batch_size (Served), else the engine's (its profile)."""
+    return max(1, ctx.served.max_batch_size or ctx.profile.max_batch_size)
+
+
 def scaling(ctx: Ctx) -> Scaling:
     """The serving's rule of scaling_rules.yaml, for this namespace and PodMonitor job."""
     rule = scaling_rules()[ctx.served.serving]
     if rule["target"] == "max_batch_size":
-        target = str(max(1, ctx.served.max_batch_size))
+        value = max_batch_size(ctx)
     else:
-        target = milli(ctx.spec.queue_ratio_target)
+        value = ctx.spec.queue_ratio_target
+    target = milli(value * float(rule["target_share"]))
     return Scaling(rule["record"], rule["metric"], fill(rule["expr"], {"ns": ctx.ns, "job": ctx.job}), target)
 
 
@@ -153,7 +163,7 @@ def hpa(ctx: Ctx) -> dict[str, Any]:
 def dashboard(ctx: Ctx) -> dict[str, Any]:
     """The Grafana dashboard of this serving: pipeline/data/k8s/dashboard_<serving>.json, filled in."""
     values = {"ns": ctx.ns, "job": ctx.job, "name": ctx.name, "uid": ctx.name[:40], "model": ctx.profile.model,
-              "profile": ctx.profile.name, "max_batch_size": str(ctx.served.max_batch_size)}
+              "profile": ctx.profile.name, "max_batch_size": str(max_batch_size(ctx))}
     return fill(json.loads(data_text(f"dashboard_{ctx.served.serving}.json")), values)
 
 

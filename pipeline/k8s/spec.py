@@ -51,7 +51,7 @@ class K8sSpec(BaseModel):
     base_image: str | None = Field(None, description="FROM of the generated Dockerfile (default: the pinned Triton image)")
     hf_token_secret: str = "hf-token"
     gpus_per_node: int = Field(8, ge=1, le=64)
-    queue_ratio_target: float = Field(1.0, gt=0, description="HPA target: Triton queue time per unit of compute time")
+    queue_ratio_target: float = Field(1.0, gt=0, description="HPA target of trtllm-serve (--api openai): queue time per unit of compute time")
     exit_timeout_s: int = Field(60, ge=1, description="tritonserver --exit-timeout-secs")
     startup_timeout_s: int | None = Field(None, ge=60)
     out: Path | None = None

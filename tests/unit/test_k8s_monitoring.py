@@ -30,7 +30,7 @@ def test_monitoring_uses_exported_metrics(build_root: Path, reference_tsv) -> No
     _, folder = render(build_root, "h100-tp2")
     rule = one(folder, "PrometheusRule")["spec"]["groups"][0]["rules"][0]
     expr = " ".join(rule["expr"].split())
-    assert re.search(r"rate\(nv_inference_queue_duration_us\{[^}]*\}\[1m\]\).*/.*rate\(nv_inference_compute_infer_duration_us\{[^}]*\}\[1m\]\)", expr)
+    assert re.search(r'nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\}', expr) and "rate(" not in expr
     configmaps = {d["metadata"]["name"]: d for d in all_docs(folder) if d["kind"] == "ConfigMap"}
     board = json.loads(next(v for d in configmaps.values() for k, v in d["data"].items() if k.endswith(".json")))
     exprs = [t["expr"] for p in board["panels"] for t in p["targets"]] + [rule["expr"]]
@@ -85,18 +85,81 @@ def test_templates_name_only_the_values_the_renderer_fills() -> None:
     rules = scaling_rules()
     assert set(rules) == {"ensemble", "llmapi", "openai"}
     for serving, rule in rules.items():
-        assert set(rule) == {"record", "metric", "target", "expr"}, serving
+        assert set(rule) == {"record", "metric", "target", "target_share", "expr"}, serving
+        assert 0 < rule["target_share"] <= 1, serving
         assert rule["target"] in ("queue_ratio_target", "max_batch_size")
         assert set(re.findall(r"%\{(\w+)\}", rule["expr"])) == {"ns", "job"}, serving
     assert "%{" not in SCALING_RULES
 
 
 def test_dashboards_show_the_recorded_series_the_autoscaler_reads(build_root: Path) -> None:
-    from pipeline.k8s.monitoring import RATIO_RECORD
+    from pipeline.k8s.monitoring import INFLIGHT_RECORD
 
     _, folder = render(build_root, "h100-tp1", namespace="llm")
     board = next(json.loads(v) for d in all_docs(folder) if d["kind"] == "ConfigMap"
                  for k, v in d["data"].items() if k.endswith(".json"))
     exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
-    assert any(e.startswith(f'{RATIO_RECORD}{{namespace="llm",') for e in exprs)
+    assert any(e.startswith(f'{INFLIGHT_RECORD}{{namespace="llm",') for e in exprs)
     assert "%{" not in json.dumps(board)
+
+
+# ---------------------------------------------------------------------------------------------
+# The autoscaler's series: a real in-flight count on every runtime
+# ---------------------------------------------------------------------------------------------
+
+TARGET = {"namespace": "llm", "pod": "triton-0", "job": "llm/triton"}
+
+
+def rule_value(serving: str, texts: list[tuple[float, str]]) -> float:
+    from pipeline.k8s.monitoring import fill, scaling_rules
+    from promql_eval import Series, evaluate, only_value
+
+    series = Series(TARGET)
+    for time_s, text in texts:
+        series.add(time_s, text)
+    return only_value(evaluate(fill(scaling_rules()[serving]["expr"], {"ns": "llm", "job": "llm/triton"}), series))
+
+
+def cpp_backend_scrape(active: int, waiting: int = 0, duration_us: int = 0) -> str:
+    """/metrics of Triton with the C++ tensorrtllm backend: its request family (label values from
+    ../shared/reference/triton_trtllm_metrics.tsv) and Triton's request duration counter."""
+    labels = 'model="tensorrt_llm",version="1"'
+    rows = [f'nv_trt_llm_request_metrics{{{labels},request_type="{kind}"}} {value}'
+            for kind, value in (("active", active), ("max", 8), ("scheduled", active - waiting), ("context", 1),
+                                ("waiting", waiting))]
+    rows.append(f'nv_inference_request_duration_us{{{labels}}} {duration_us}')
+    return "# TYPE nv_trt_llm_request_metrics gauge\n" + "\n".join(rows) + "\n"
+
+
+def test_engine_rule_reads_the_cpp_backends_active_requests(reference_tsv) -> None:
+    kinds = next(r for r in reference_tsv("triton_trtllm_metrics.tsv") if r["metric_family"] == "nv_trt_llm_request_metrics")
+    assert "active" in kinds["label_values"].split("|") and kinds["label_key"] == "request_type"
+    assert rule_value("ensemble", [(0.0, cpp_backend_scrape(active=6, waiting=2))]) == 6
+    assert rule_value("ensemble", [(0.0, cpp_backend_scrape(active=0))]) == 0
+
+
+def test_python_models_gauge_wins_where_a_pod_exports_both() -> None:
+    """The reference runtime exports the C++ backend's families and ours: ours counts the requests waiting
+    for admission too."""
+    text = cpp_backend_scrape(active=4) + 'pipeline_requests_in_flight{model="tensorrt_llm",version="1"} 7\n'
+    assert rule_value("ensemble", [(0.0, text)]) == 7
+    assert rule_value("llmapi", [(0.0, 'pipeline_requests_in_flight{model="tensorrt_llm",version="1"} 3\n')]) == 3
+
+
+def test_the_family_the_rules_read_is_the_one_our_models_export() -> None:
+    from pipeline.k8s.monitoring import IN_FLIGHT_FAMILY, scaling_rules
+
+    root = Path(__file__).resolve().parents[2] / "model_repo_templates"
+    for path in (root / "tensorrt_llm" / "1" / "model.py", root / "llmapi" / "tensorrt_llm" / "1" / "model.py"):
+        text = path.read_text(encoding="utf-8")
+        assert re.search(rf'MetricFamily\(name="{IN_FLIGHT_FAMILY}", kind=pb_utils\.MetricFamily\.GAUGE', text), path
+    for serving in ("ensemble", "llmapi"):
+        assert f"{IN_FLIGHT_FAMILY}{{" in scaling_rules()[serving]["expr"], serving
+
+
+def test_hpa_target_is_a_share_of_the_batch_the_count_stops_at(build_root: Path) -> None:
+    """The C++ backend's active count stops at the engine's batch size, so a target at it could never be
+    exceeded: the target is 0.8 x max_batch_size (8 for these engines)."""
+    _, folder = render(build_root, "h100-tp1")
+    target = one(folder, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+    assert target == "6400m"

@@ -18,6 +18,7 @@ from pipeline.cli import run
 from pipeline.commands import trtllm_serve_command
 from pipeline.gpus import get_gpu
 from pipeline.k8s import KUBERNETES_VERSION, TRITON_CORE_METRICS, K8sSpec, render_k8s
+from pipeline.k8s.layout import milli
 from pipeline.k8s.monitoring import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
 from pipeline.profiles import BuildProfile
 from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
@@ -231,7 +232,9 @@ def test_llmapi_manifests(build_root: Path, tmp_path: Path) -> None:
     core = set(TRITON_CORE_METRICS) | {f"nv_inference_first_response_histogram_ms_{s}" for s in ("bucket", "sum", "count")}
     assert used and used <= core, used - core  # no nv_trt_llm_*: the C++ backend's families do not exist here
     hpa = one(result.out_dir, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]
-    assert hpa["metric"]["name"] == INFLIGHT_METRIC and hpa["target"]["averageValue"] == str(OPTIONS["max_batch_size"])
+    # 0.8 x the options' max_batch_size (16) requests in flight per pod
+    assert hpa["metric"]["name"] == INFLIGHT_METRIC and hpa["target"]["averageValue"] == "12800m"
+    assert "pipeline_requests_in_flight{" in " ".join(exprs)  # the LLM-API model's own gauge
 
 
 def test_llmapi_on_the_cpu_reference_runtime(build_root: Path, tmp_path: Path) -> None:
@@ -372,4 +375,40 @@ def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build_root: Pat
         else:
             assert (Path(result["bundle_dir"]) / "tensorrt_llm" / "1" / "model.yaml").is_file()
             target = one(out, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
-            assert target == str(batch)
+            assert target == milli(0.8 * batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host memory: what TensorRT-LLM's HF weight loader does in every rank (pipeline/k8s/layout.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def memory_of(docs: dict) -> tuple[int, int]:
+    """(request, limit) of the serving container in GiB."""
+    workload = next(d for name, ds in docs.items() for d in ds if d["kind"] in ("Deployment", "LeaderWorkerSet"))
+    resources = workload["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return tuple(int(resources[key]["memory"].removesuffix("Gi")) for key in ("requests", "limits"))
+
+
+@pytest.mark.parametrize("api", ["triton", "openai"])
+def test_a_tp4_70b_pytorch_pod_holds_the_checkpoint_its_loader_reads(api: str) -> None:
+    """Every rank maps every safetensors file (shared page cache: the checkpoint once) and the local ranks
+    prefetch their files[local_rank::4] into private buffers (the checkpoint once more, between them): a
+    pod of 4 ranks needs at least 4 x (1/4 + 1/4 of the checkpoint) beside its base, not one engine share."""
+    from pipeline.k8s.layout import Served
+    from pipeline.k8s.stage import render_manifests
+
+    checkpoint = 140 * 10**9  # a 70B model in 16-bit weights
+    gib = checkpoint / 2**30
+    profile = BuildProfile(model="llama-70b", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", quant="fp16",
+                           tp=4, backend="pytorch")
+    served = Served(serving="llmapi" if api == "triton" else "openai", size_bytes=checkpoint, max_batch_size=64)
+    request, limit = memory_of(render_manifests(profile, K8sSpec(profile_id=profile.id, api=api), served))
+    ranks = profile.world_size
+    per_rank = gib / ranks + gib / ranks  # its prefetch share (private) + its share of the mapped page cache
+    base = 6 + 2 * ranks
+    assert request >= base + ranks * per_rank and limit > request
+    # the engine of the same size is unchanged: each rank reads its own rank<N>.engine (x1.25 slack)
+    engine = BuildProfile(model="llama-70b", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", quant="fp16", tp=4)
+    engine_request, _ = memory_of(render_manifests(engine, K8sSpec(profile_id=engine.id), Served(size_bytes=checkpoint)))
+    assert engine_request == -(-(base + 1.25 * gib) // 1)

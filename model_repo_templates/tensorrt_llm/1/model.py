@@ -386,7 +386,9 @@ class _RuntimeMetrics:
     """The runtime's own counters (ReferenceEngine.stats) as the C++ backend's Prometheus families
     (custom_metrics_reporter.cc; ../shared/reference/triton_trtllm_metrics.tsv), refreshed every
     stats_check_period_ms: nv_trt_llm_request_metrics {active, max, waiting} and
-    nv_trt_llm_kv_cache_block_metrics {max, free, used, tokens_per, fraction}."""
+    nv_trt_llm_kv_cache_block_metrics {max, free, used, tokens_per, fraction}; and ours,
+    pipeline_requests_in_flight: requests admitted or waiting for admission, the count the autoscaler reads
+    (pipeline/data/k8s/scaling_rules.yaml)."""
 
     def __init__(self, engine, model, version, period_s):
         self.engine, self.period_s = engine, max(0.01, period_s)
@@ -395,8 +397,11 @@ class _RuntimeMetrics:
                                          kind=pb_utils.MetricFamily.GAUGE)
         blocks = pb_utils.MetricFamily(name="nv_trt_llm_kv_cache_block_metrics",
                                        description="TRT LLM KV cache block metrics", kind=pb_utils.MetricFamily.GAUGE)
-        self.families = (requests, blocks)
+        in_flight = pb_utils.MetricFamily(name="pipeline_requests_in_flight", kind=pb_utils.MetricFamily.GAUGE,
+                                          description="Requests accepted and not yet finished (queued or running)")
+        self.families = (requests, blocks, in_flight)
         self.gauges = {
+            "in_flight": in_flight.Metric(labels=labels),
             **{f"request_{kind}": requests.Metric(labels={**labels, "request_type": kind})
                for kind in ("active", "max", "waiting")},
             **{f"kv_{kind}": blocks.Metric(labels={**labels, "kv_cache_block_type": kind})
@@ -410,7 +415,8 @@ class _RuntimeMetrics:
 
     def refresh(self):
         stats = self.engine.stats()
-        values = {"request_active": stats.active, "request_max": stats.max_active, "request_waiting": stats.waiting,
+        values = {"in_flight": stats.active + stats.waiting,
+                  "request_active": stats.active, "request_max": stats.max_active, "request_waiting": stats.waiting,
                   "kv_max": stats.kv_blocks_max, "kv_free": stats.kv_blocks_free, "kv_used": stats.kv_blocks_used,
                   "kv_tokens_per": stats.tokens_per_block,
                   "kv_fraction": stats.kv_blocks_used / stats.kv_blocks_max if stats.kv_blocks_max else 0.0}

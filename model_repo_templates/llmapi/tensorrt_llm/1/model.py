@@ -185,12 +185,13 @@ class TritonPythonModel:
                 f"tensorrt_llm: model.yaml triton_config.runtime is {runtime!r}; use llmapi (TensorRT-LLM) or reference (CPU)")
         self.lock = threading.Lock()
         self.running = {}  # client request id -> {engine handles}
+        self.in_flight = _InFlight(args.get("model_name", "tensorrt_llm"), args.get("model_version", "1"))
 
     def execute(self, requests):
         # Every request answers through its response sender, so execute returns at once: requests join the
         # running batch in either transaction policy, and a `stop` reaches the requests it names while they run.
         for request in requests:
-            self._start(request, request.get_response_sender())
+            self._start(request, self.in_flight.track(request.get_response_sender()))
         return None
 
     def _start(self, request, sender):
@@ -463,6 +464,49 @@ def _llmapi_perf(completion):
             "first_token_time_ns": ns(timing.first_token_time), "last_token_time_ns": ns(timing.last_token_time),
             "acceptance_rate": spec.acceptance_rate, "total_accepted_draft_tokens": spec.total_accepted_draft_tokens,
             "total_draft_tokens": spec.total_draft_tokens}
+
+
+class _InFlight:
+    """pipeline_requests_in_flight{model, version}: requests accepted and not yet answered with their final
+    response, queued in the LLM API or running: the count the autoscaler reads (pipeline's
+    data/k8s/scaling_rules.yaml; Triton's request duration cannot say it, as `execute` returns at once).
+    Counted at the response sender, so whatever ends a request (answer, error, stop, cancellation) ends it."""
+
+    def __init__(self, model, version):
+        self.family = pb_utils.MetricFamily(name="pipeline_requests_in_flight", kind=pb_utils.MetricFamily.GAUGE,
+                                            description="Requests accepted and not yet finished (queued or running)")
+        self.gauge = self.family.Metric(labels={"model": model, "version": str(version)})
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def add(self, delta):
+        with self.lock:
+            self.count += delta
+            self.gauge.set(self.count)
+
+    def track(self, sender):
+        self.add(1)
+        return _CountedSender(sender, self)
+
+
+class _CountedSender:
+    """A response sender that takes its request off the in-flight count with the final response."""
+
+    def __init__(self, sender, in_flight):
+        self.sender, self.in_flight, self.open = sender, in_flight, True
+        self.lock = threading.Lock()
+        if hasattr(sender, "is_cancelled"):
+            self.is_cancelled = sender.is_cancelled
+
+    def send(self, response=None, flags=0):
+        try:
+            self.sender.send(response, flags=flags)
+        finally:
+            if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                with self.lock:
+                    ended, self.open = self.open, False
+                if ended:
+                    self.in_flight.add(-1)
 
 
 class _TritonLogHandler(logging.Handler):
