@@ -2,8 +2,8 @@
 
 Which server:
   - a GPU deployable where `trtllm-serve` is installed (the NGC image): TensorRT-LLM's own server on the
-    deployable's model/ with its LLM-API options (pipeline.commands.trtllm_serve_command, the 1.1-era
-    spelling of tensorrt_llm/commands/serve.py @4c05a748: MODEL, --host, --port, --backend pytorch,
+    deployable's model/ with its LLM-API options (pipeline.commands.trtllm_serve_command, as 1.1.0's
+    CLI reference spells `trtllm-serve serve`: MODEL, --host, --port, --backend pytorch,
     --tp_size, --pp_size, --extra_llm_api_options);
   - a deployable built with `--gpu cpu`, or any unquantized deployable on a machine with no GPU:
     `transformers serve --continuous-batching` pinned to model/ (FORCE_MODEL, transformers 5.24's CLI), on
