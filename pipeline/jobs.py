@@ -108,12 +108,13 @@ def run_engine_job(
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
     from pipeline.engine import BuildSpec, build_engine, plan_build
     from pipeline.convert import ConvertSpec, convert
-    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.gpus import check_precision, check_pytorch_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
     from pipeline.render import RenderSpec, render
 
     gpu = get_gpu(spec.gpu)  # refuse an unknown GPU or an impossible precision before any work
-    check_precision(gpu, quant_format(spec.quant), kv_cache_format(spec.kv_cache))
+    check = check_pytorch_precision if spec.backend == PYTORCH_BACKEND and not gpu.is_cpu else check_precision
+    check(gpu, quant_format(spec.quant), kv_cache_format(spec.kv_cache))
     steps = _Steps(on_step)
 
     t = time.perf_counter()

@@ -152,7 +152,7 @@ def check_engine_compatible(
 def _check_deployable_compatible(folder: Path, gpu_key: str | None) -> BuildProfile | None:
     """A PyTorch-backend deployable has no engine: it runs on any GPU that runs its precision (the LLM
     API loads the HF checkpoint there); a GPU deployable needs a GPU, a reference one runs anywhere."""
-    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.gpus import check_pytorch_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
 
     profile = engine_profile(folder)
@@ -165,5 +165,5 @@ def _check_deployable_compatible(folder: Path, gpu_key: str | None) -> BuildProf
             "and there is none here.",
             hint="Build one for the reference runtime: `pipeline build --backend pytorch --gpu cpu --checkpoint ...`.",
         )
-    check_precision(here, quant_format(profile.quant), kv_cache_format(profile.kv_cache))
+    check_pytorch_precision(here, quant_format(profile.quant), kv_cache_format(profile.kv_cache))
     return profile

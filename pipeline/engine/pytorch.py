@@ -46,7 +46,7 @@ from pipeline.engine.memory import EngineTarget, Limits, default_limits
 from pipeline.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR,
                                  OPTIONS_FILE, PYTORCH_BACKEND)
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.gpus import GpuSpec, check_precision, get_gpu
+from pipeline.gpus import GpuSpec, check_pytorch_precision, get_gpu
 from pipeline.paths import stage_dir
 from pipeline.planner import DEFAULT_KV_FRACTION, Goal, check_tp
 from pipeline.profiles import BuildProfile
@@ -275,7 +275,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     if gpu.is_cpu and tp > 1:
         raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
     if not gpu.is_cpu:
-        check_precision(gpu, quant_format(quant), kv_cache_format(kv))
+        check_pytorch_precision(gpu, quant_format(quant), kv_cache_format(kv))
     check_tp(ckpt.shape, tp)
     source, notes = _model_source(ckpt, gpu, simulated)
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))

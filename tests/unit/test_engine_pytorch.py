@@ -199,6 +199,22 @@ def test_refusals_exit_2(build_root, capsys):
     assert not (build_root / "tiny" / "engines").exists()
 
 
+def test_awq_is_refused_on_blackwell_as_1_1_0s_hardware_matrix_says(build_root, capsys):
+    """TensorRT-LLM 1.1.0's quantization hardware support matrix (pipeline/data/trtllm_quant_hardware.tsv) marks
+    W4A16 AWQ and W4A8 AWQ unsupported on sm100/103 and sm120: refused before anything is written, naming the GPU,
+    the precision and what runs instead; the same checkpoints plan on Hopper."""
+    for quant in ("int4_awq", "w4a8_awq"):
+        ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / f"hf-{quant}", quant=quant)
+        with pytest.raises(UnsupportedError) as refused:
+            plan_pytorch(spec(gpu="b200", checkpoint=ckpt))
+        assert f"{quant} weights on Blackwell(sm100/103) (b200, SM 10.0)" in refused.value.message
+        assert "fp8, nvfp4" in refused.value.hint and "h100-sxm" in refused.value.hint
+        assert plan_pytorch(spec(gpu="h100", checkpoint=ckpt)).profile.quant == quant
+        assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "b200"]) == 2
+        assert "Blackwell" in capsys.readouterr().err
+    assert not (build_root / "tiny" / "engines").exists()
+
+
 def test_quantized_checkpoint_without_its_source_is_refused_on_the_cpu(build_root):
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
     with pytest.raises(InvalidInputError) as refused:

@@ -24,6 +24,14 @@ def test_engine_refuses_impossible_precision_before_any_work(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []  # nothing downloaded or converted
 
 
+def test_engine_refuses_awq_on_blackwell_for_the_pytorch_backend_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
+    assert run(["engine", "demo", "--gpu", "b200", "--quant", "int4_awq", "--backend", "pytorch"]) == 2
+    err = capsys.readouterr().err
+    assert "does not support int4_awq weights on Blackwell(sm100/103) (b200" in err and "nvfp4" in err
+    assert list(tmp_path.iterdir()) == []  # nothing downloaded or converted
+
+
 def test_engine_refuses_unknown_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
     assert run(["engine", "demo", "--gpu", "v100"]) == 2

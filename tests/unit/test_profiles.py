@@ -54,9 +54,13 @@ def test_both_backends_listed_with_why_not_here(tmp_path):
     assert "TensorRT-LLM checkpoint" in _row(rows, "h100-sxm", "bf16").needs
     sq = _row(rows, "h100-sxm", "int8_sq", "pytorch")
     assert sq.status == "incompatible" and "PyTorch-backend path" in sq.reason
-    # the PyTorch backend has no trtllm-build restriction on SM 10 (int4_awq is refused there by the builder only)
+    # TensorRT-LLM 1.1.0's quantization hardware matrix: no AWQ on Blackwell for the PyTorch backend either
     assert _row(rows, "b200", "int4_awq").status == "incompatible"
-    assert _row(rows, "b200", "int4_awq", "pytorch").status == "runnable"
+    for quant in ("int4_awq", "w4a8_awq"):
+        awq = _row(rows, "b200", quant, "pytorch")
+        assert awq.status == "incompatible" and "Blackwell(sm100/103)" in awq.reason
+    assert _row(rows, "h100-sxm", "int4_awq", "pytorch").status == "runnable"
+    assert _row(rows, "b200", "nvfp4", "pytorch").status == "runnable"
     assert all(r.here == "" for r in rows if r.gpu == "cpu")
     here = Machine(gpu="h100-sxm", trtllm_build=False, tensorrt_llm=True)
     assert here.why_not("h100-sxm", "pytorch") == "" and "trtllm-build" in here.why_not("h100-sxm", "tensorrt")
