@@ -155,7 +155,7 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
         command = trtllm_command(deployable, spec.host, port)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(deployable.env if engine == "trtllm-serve" else {}), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())

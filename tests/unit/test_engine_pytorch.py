@@ -75,6 +75,10 @@ def test_gpu_deployable_layout_links_and_manifest(build_root):
     }
     assert options["cuda_graph_config"]["batch_sizes"][-1] == options["max_batch_size"]
     assert options["max_num_tokens"] >= profile.max_input_len
+    # TensorRT-LLM 1.1 loads the calibrated FP8 KV scales only with TRTLLM_LOAD_KV_SCALES=1: the deployable asks for it
+    assert manifest["env"] == {"TRTLLM_LOAD_KV_SCALES": "1"} == read_deployable(folder).env
+    assert "TRTLLM_LOAD_KV_SCALES=1" in manifest["why"]["kv_cache_config.dtype"]
+    assert "# TRTLLM_LOAD_KV_SCALES=1 trtllm-serve" in (folder / OPTIONS_FILE).read_text()
 
 
 def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
@@ -115,6 +119,7 @@ def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoi
     assert not (deployable.model_dir / "hf_quant_config.json").exists()  # the 16-bit source, loadable by transformers
     assert deployable.options["cuda_graph_config"] is None and deployable.options["tensor_parallel_size"] == 1
     assert deployable.manifest["model_source"] == str(source.resolve())
+    assert deployable.env == {}  # the reference runtime simulates the KV precision: no scales to load
     assert any("simulated" in note for note in deployable.manifest["notes"])
 
 
