@@ -82,6 +82,11 @@ class Deployable:
         return str((self.manifest.get("gpu") or {}).get("key") or "")
 
     @property
+    def env(self) -> dict[str, str]:
+        """Environment variables the serving process needs (the build's choice, e.g. TRTLLM_LOAD_KV_SCALES=1)."""
+        return {str(k): str(v) for k, v in (self.manifest.get("env") or {}).items()}
+
+    @property
     def simulated(self) -> tuple[str, str] | None:
         sim = self.manifest.get("simulated")
         return (str(sim["quant"]), str(sim["kv_cache"])) if isinstance(sim, dict) else None

@@ -98,3 +98,54 @@ def check_precision(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> None
             f"capability {kv.min_compute_capability} or newer.",
             hint=f"On {gpu.key} use --kv-cache {' or '.join(gpu.kv_precisions)}.",
         )
+
+
+# --quant / --kv-cache name -> column of TensorRT-LLM 1.1.0's hardware support matrix (pipeline/data/trtllm_quant_hardware.tsv)
+MATRIX_COLUMNS = {"fp8": "fp8", "nvfp4": "nvfp4", "int4_awq": "w4a16_awq", "w4a8_awq": "w4a8_awq"}
+MATRIX_KV_COLUMNS = {"fp8": "fp8_kv"}
+
+
+@lru_cache(maxsize=1)
+def quant_hardware_matrix() -> dict[int, dict[str, str]]:
+    """SM -> the matrix row of its architecture (the row's own columns, architecture among them)."""
+    import csv
+
+    text = resources.files("pipeline.data").joinpath("trtllm_quant_hardware.tsv").read_text(encoding="utf-8")
+    rows = csv.DictReader((line for line in text.splitlines() if line and not line.startswith("#")), delimiter="\t")
+    return {int(sm): row for row in rows for sm in row["sm"].split("|")}
+
+
+def pytorch_supports(gpu: GpuSpec, column: str) -> bool:
+    """Whether 1.1.0's matrix marks the format supported on the GPU's architecture (a GPU the matrix does not name:
+    only the compute-capability rule of check_precision applies)."""
+    row = quant_hardware_matrix().get(gpu.sm) if gpu.sm is not None else None
+    return row is None or row[column] == "Y"
+
+
+def pytorch_restriction(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> str | None:
+    """What TensorRT-LLM 1.1.0's PyTorch backend does not support on this GPU although its compute capability
+    allows it (the hardware support matrix), or None."""
+    for name, column, what in ((quant.name, MATRIX_COLUMNS.get(quant.name), f"{quant.name} weights"),
+                               (kv.name, MATRIX_KV_COLUMNS.get(kv.name), f"a {kv.name} KV cache")):
+        if column and not gpu.is_cpu and not pytorch_supports(gpu, column):
+            row = quant_hardware_matrix()[gpu.sm]
+            return (f"TensorRT-LLM 1.1.0 does not support {what} on {row['architecture']} ({gpu.key}, SM "
+                    f"{gpu.compute_capability}): its quantization hardware support matrix marks {column} unsupported there")
+    return None
+
+
+def check_pytorch_precision(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> None:
+    """check_precision, then refuse what 1.1.0's PyTorch backend does not support on the GPU's architecture, naming
+    the precisions that run there and the GPUs that run the one asked for."""
+    from pipeline.deployable import HF_QUANT_FORMATS
+
+    check_precision(gpu, quant, kv)
+    reason = pytorch_restriction(gpu, quant, kv)
+    if reason is None:
+        return
+    here = [name for name in HF_QUANT_FORMATS if gpu.can_run(QUANT_FORMATS[name])
+            and pytorch_restriction(gpu, QUANT_FORMATS[name], kv) is None]
+    elsewhere = [key for key, other in gpu_table().items() if not other.is_cpu and other.can_run(quant)
+                 and other.can_run_kv(kv) and pytorch_restriction(other, quant, kv) is None]
+    raise UnsupportedError(reason + ".", hint=f"On {gpu.key} the PyTorch backend runs: {', '.join(here)}"
+                           + (f"; {quant.name} runs on: {', '.join(elsewhere)}." if elsewhere else "."))

@@ -3,7 +3,8 @@
 - demo: the whole job on the CPU with the demo model: download -> convert -> build -> render ->
   serve -> smoke -> stop.
 - engine: what `make engine GPU=h100 MODEL=... QUANT=fp8` runs in the CI image: download ->
-  convert -> (evaluate gate) -> build -> render.
+  convert -> (evaluate gate) -> build -> render; with --dry-run only the build plan, from the model's
+  config.json alone (plan_input: nothing downloaded but that file, nothing converted).
 - evaluation: `pipeline evaluate`, its figures recorded in a checkpoint's manifest (pass or fail).
 """
 
@@ -106,15 +107,18 @@ def run_engine_job(
 ) -> EngineJobResult:
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
-    from pipeline.engine import BuildSpec, build_engine, plan_build
+    from pipeline.engine import BuildSpec, build_engine
     from pipeline.convert import ConvertSpec, convert
-    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.gpus import check_precision, check_pytorch_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
     from pipeline.render import RenderSpec, render
 
     gpu = get_gpu(spec.gpu)  # refuse an unknown GPU or an impossible precision before any work
-    check_precision(gpu, quant_format(spec.quant), kv_cache_format(spec.kv_cache))
+    check = check_pytorch_precision if spec.backend == PYTORCH_BACKEND and not gpu.is_cpu else check_precision
+    check(gpu, quant_format(spec.quant), kv_cache_format(spec.kv_cache))
     steps = _Steps(on_step)
+    if spec.dry_run:
+        return _dry_run(spec, steps)
 
     t = time.perf_counter()
     downloaded = fetch_model(spec.source, spec.root, reporter)
@@ -151,16 +155,6 @@ def run_engine_job(
     else:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal)
     t = time.perf_counter()
-    if spec.dry_run:
-        plan = plan_build(build_spec)
-        if pytorch:
-            options = plan.options
-            detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "
-                      f"max_num_tokens {options['max_num_tokens']}, max_seq_len {options['max_seq_len']}")
-        else:
-            detail = plan.command_line or plan.profile_name
-        steps.record("build (dry run)", t, plan.output_dir, detail)
-        return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
     built = build_engine(build_spec, reporter)
     engine_dir = built.output_dir
     steps.record("build", t, engine_dir, f"{built.plan.profile_name}{' (cached)' if built.cached else ''}")
@@ -169,6 +163,67 @@ def run_engine_job(
     repo = render(RenderSpec(engine=engine_dir))
     steps.record("render", t, repo.repo, f"{len(repo.models)} models, runtime {repo.runtime}")
     return EngineJobResult(steps=steps.steps, engine_dir=engine_dir, repo=repo.repo)
+
+
+def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
+    """The build plan from the model's config.json alone, as `pipeline plan` plans: nothing is downloaded but that
+    file (a hub id) and nothing is converted; the trtllm-build command names the checkpoint `convert` would write."""
+    import tempfile
+
+    from pipeline.engine import BuildSpec, plan_build
+
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipeline-plan-") as scratch:
+        folder, model, where = plan_input(spec.source, Path(scratch))
+        steps.record("config.json", t, where, "planned from the model's configuration only (no weights, no convert)")
+        t = time.perf_counter()
+        pytorch = spec.backend == PYTORCH_BACKEND
+        plan = plan_build(BuildSpec(gpu=spec.gpu, checkpoint=folder, model=model, quant=spec.quant, kv_cache=spec.kv_cache,
+                                    goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend))
+    if pytorch:
+        options = plan.options
+        detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "
+                  f"max_num_tokens {options['max_num_tokens']}, max_seq_len {options['max_seq_len']}")
+    else:
+        detail = plan.command_line or plan.profile_name
+    steps.record("build (dry run)", t, plan.output_dir, detail)
+    return EngineJobResult(steps=steps.steps, engine_dir=None, repo=None)
+
+
+def plan_input(source: str, scratch: Path) -> tuple[Path, str, str]:
+    """(a folder holding the model's config.json, the model name, where the config came from) for SOURCE: a local
+    folder as it is; a hub id's config.json alone (huggingface_hub.hf_hub_download); a GGUF file's configuration read
+    from its metadata (transformers' AutoConfig with gguf_file), written to scratch. No weights are read."""
+    import json
+
+    from pipeline.download_sources import parse_source
+    from pipeline.paths import model_slug
+
+    folder = Path(source[len("local:"):] if source.startswith("local:") else source).expanduser()
+    made_by = (read_manifest(folder) or {}) if folder.is_dir() else {}
+    if made_by.get("stage") == "download" and isinstance(made_by.get("model"), str):
+        return folder.resolve(), model_slug(made_by["model"]), str(folder / "config.json")
+    if folder.is_dir():  # as `pipeline plan` reads a folder: its config.json, weights or not
+        if not (folder / "config.json").is_file():
+            raise InvalidInputError(f"{folder} has no config.json to plan from.", hint="Give an HF model folder.")
+        return folder.resolve(), model_slug(folder.resolve().name), str(folder / "config.json")
+    parsed = parse_source(source)
+    if parsed.kind == "hf":
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(parsed.location, "config.json", revision=parsed.revision, local_dir=scratch)
+        except Exception as error:  # offline, gated, missing: the hub's own reason
+            raise InvalidInputError(f"Cannot fetch config.json of {parsed.location}: {error}",
+                                    hint="Check the id and your network or token, or plan from a local folder.") from None
+        return Path(path).parent, parsed.model, f"{parsed.display} config.json"
+    from transformers import AutoConfig
+
+    gguf = Path(parsed.location)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name).to_dict()
+    config.pop("quantization_config", None)  # the plan's precision is --quant; the GGUF's own is not carried over
+    (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return scratch, parsed.model, f"{parsed.display} (GGUF metadata)"
 
 
 class FetchedModel(BaseModel):

@@ -2,8 +2,8 @@
 
 Which server:
   - a GPU deployable where `trtllm-serve` is installed (the NGC image): TensorRT-LLM's own server on the
-    deployable's model/ with its LLM-API options (pipeline.commands.trtllm_serve_command, the 1.1-era
-    spelling of tensorrt_llm/commands/serve.py @4c05a748: MODEL, --host, --port, --backend pytorch,
+    deployable's model/ with its LLM-API options (pipeline.commands.trtllm_serve_command, as 1.1.0's
+    CLI reference spells `trtllm-serve serve`: MODEL, --host, --port, --backend pytorch,
     --tp_size, --pp_size, --extra_llm_api_options);
   - a deployable built with `--gpu cpu`, or any unquantized deployable on a machine with no GPU:
     `transformers serve --continuous-batching` pinned to model/ (FORCE_MODEL, transformers 5.24's CLI), on
@@ -156,8 +156,12 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
         command = trtllm_command(deployable, spec.host, port)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    # trtllm-serve is NVIDIA's: the image's python3 and TensorRT-LLM's packages, not the pipeline's venv
-    env = {**(nvidia_environment() if engine == "trtllm-serve" else os.environ), "PYTHONUNBUFFERED": "1"}
+    # trtllm-serve is NVIDIA's: the image's python3 and TensorRT-LLM's packages, not the pipeline's venv, plus what
+    # the deployable asks of it (TRTLLM_LOAD_KV_SCALES)
+    if engine == "trtllm-serve":
+        env = {**nvidia_environment(), **deployable.env, "PYTHONUNBUFFERED": "1"}
+    else:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())

@@ -99,16 +99,57 @@ def _engine_config(engine_dir: Path) -> dict[str, Any]:
         raise InvalidInputError(f"Cannot read {path}: {error}.", hint="Build the engine again.") from None
 
 
+def engine_built_version(engine_dir: Path) -> str | None:
+    """The TensorRT-LLM version that built the engine, as trtllm-build recorded it: the top-level `version` of the
+    engine's config.json (TensorRT-LLM 1.1.0 builder.py: `build` makes the EngineConfig with tensorrt_llm's
+    __version__, Engine.save writes it to config.json, and get_engine_version reads this key back; read at v1.1.0
+    through NVIDIA/TensorRT-LLM gh-pages @8660c119 1.1.0/_modules/tensorrt_llm/builder.html). None: not recorded."""
+    version = _engine_config(engine_dir).get("version")
+    return str(version) if version else None
+
+
+def installed_trtllm_version() -> str | None:
+    """The TensorRT-LLM the serving environment has: the tensorrt_llm distribution of this interpreter, else of the
+    interpreter that runs the trtllm-build / trtllm-serve on PATH (their script's #! line: in the image that is the
+    system python, not the pipeline's venv). None: TensorRT-LLM is not installed here."""
+    import shutil
+    import subprocess
+    from importlib import metadata
+
+    for name in ("tensorrt_llm", "tensorrt-llm"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    for tool in ("trtllm-build", "trtllm-serve"):
+        script = shutil.which(tool)
+        try:
+            first = Path(script).read_bytes()[:256].split(b"\n")[0].decode() if script else ""
+        except OSError:
+            continue
+        if not first.startswith("#!"):
+            continue
+        probe = "import importlib.metadata as m; print(m.version('tensorrt_llm'))"
+        try:
+            done = subprocess.run([*first[2:].split(), "-c", probe], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return None
+
+
 def check_engine_compatible(
     engine_dir: Path, gpu_key: str | None = None, trtllm_version: str | None = None
 ) -> BuildProfile | None:
     """Refuse an engine this environment cannot run; return its recorded profile (None if unrecorded).
 
     gpu_key: the GPU here (a table key or alias; "cpu" for none); None skips the GPU check.
-    trtllm_version: the TensorRT-LLM here; None means the pinned TRTLLM_VERSION.
-    A reference-runtime engine runs anywhere. A TensorRT engine is refused on the CPU, on a GPU of
-    another compute capability (TensorRT engines are built per architecture), and under another
-    TensorRT-LLM version (engines only load under the version that built them).
+    trtllm_version: the TensorRT-LLM here; None means the one installed (installed_trtllm_version), or, where none is
+    installed (rendering on a CI machine), the pinned image's TRTLLM_VERSION: the image the repository is served in.
+    A reference-runtime engine runs anywhere. A TensorRT engine is refused on the CPU, on a GPU of another
+    compute capability (TensorRT engines are built per architecture), and when the version that built it (its
+    config.json, engine_built_version) differs from the one here (engines only load under the version that built them).
     """
     from pipeline.deployable import is_pytorch_deployable
     from pipeline.gpus import get_gpu
@@ -120,11 +161,16 @@ def check_engine_compatible(
     runtime = config.get("runtime") or (profile.runtime if profile else "tensorrtllm")
     if runtime == "reference":
         return profile
-    here_version = trtllm_version or TRTLLM_VERSION
-    built_version = profile.trtllm_version if profile else str(config.get("version") or "")
+    built_version = engine_built_version(engine_dir)
+    here_version = trtllm_version or installed_trtllm_version()
+    where = "this environment has"
+    if here_version is None:
+        from pipeline.versions import TRITON_IMAGE
+
+        here_version, where = TRTLLM_VERSION, f"no TensorRT-LLM is installed here, and the pinned image {TRITON_IMAGE} has"
     if built_version and built_version != here_version:
         raise UnsupportedError(
-            f"The engine in {engine_dir} was built with TensorRT-LLM {built_version}; this environment has "
+            f"The engine in {engine_dir} was built with TensorRT-LLM {built_version} (its config.json); {where} "
             f"{here_version}. TensorRT engines only load under the version that built them.",
             hint=f"Rebuild it here (`pipeline build ... --force`) or serve it in the image that built it "
             f"(TensorRT-LLM {built_version}).",
@@ -152,7 +198,7 @@ def check_engine_compatible(
 def _check_deployable_compatible(folder: Path, gpu_key: str | None) -> BuildProfile | None:
     """A PyTorch-backend deployable has no engine: it runs on any GPU that runs its precision (the LLM
     API loads the HF checkpoint there); a GPU deployable needs a GPU, a reference one runs anywhere."""
-    from pipeline.gpus import check_precision, get_gpu
+    from pipeline.gpus import check_pytorch_precision, get_gpu
     from pipeline.quant import kv_cache_format, quant_format
 
     profile = engine_profile(folder)
@@ -165,5 +211,5 @@ def _check_deployable_compatible(folder: Path, gpu_key: str | None) -> BuildProf
             "and there is none here.",
             hint="Build one for the reference runtime: `pipeline build --backend pytorch --gpu cpu --checkpoint ...`.",
         )
-    check_precision(here, quant_format(profile.quant), kv_cache_format(profile.kv_cache))
+    check_pytorch_precision(here, quant_format(profile.quant), kv_cache_format(profile.kv_cache))
     return profile

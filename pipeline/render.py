@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from pipeline import bundle
+from pipeline import __version__ as PIPELINE_VERSION
 from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
@@ -93,6 +94,7 @@ def render(spec: RenderSpec) -> RenderResult:
         "tokenizer": bundle.tree_identity(outside_tokenizer, bundle.tokenizer_files(outside_tokenizer))
         if outside_tokenizer else None,
         "templates": templates_hash(templates),
+        "pipeline_version": PIPELINE_VERSION,  # the reference model refuses another installed pipeline at load
         "context": context,
         "model_root": str(root),
     }
@@ -111,7 +113,8 @@ def render(spec: RenderSpec) -> RenderResult:
         stats = bundle.assemble(tmp, engine, root, outside_tokenizer)
         checks["paths"] = f"every path in every config is under {root} and in the bundle"
         summary = bundle.describe(root, stats)
-        manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary}
+        manifest_extra = {"runtime": runtime, "checks": checks, "profile": _engine_profile(engine), "bundle": summary,
+                          "pipeline_version": PIPELINE_VERSION}
         write_json_atomic(tmp / "manifest.json", build_manifest(
             ArtifactOrigin("render", inputs, inputs_hash, ("jinja2", "tritonclient")), tmp, started, extra=manifest_extra, files=bundle.bundle_files(tmp, engine)))
     return result(checks, False, summary)

@@ -28,7 +28,7 @@ from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingErro
 from pipeline.gpus import GpuSpec, get_gpu
 from pipeline.paths import stage_dir
 from pipeline.planner import Goal, check_tp
-from pipeline.profiles import BuildProfile, check_engine_compatible
+from pipeline.profiles import BuildProfile, check_engine_compatible, engine_built_version
 from pipeline.quant import kv_cache_format, quant_format
 from pipeline.reporting import SILENT, Reporter
 from pipeline.tool_env import nvidia_environment
@@ -230,14 +230,17 @@ def copy_tokenizer(source: Path, engine_dir: Path) -> None:
         link_or_copy(path, target / path.name)
 
 
-def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: float | None) -> dict[str, Any]:
+def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: float | None,
+                    built_with: str | None = None) -> dict[str, Any]:
+    """built_with: the TensorRT-LLM version trtllm-build wrote into the engine's config.json (None: no engine)."""
     return {
         "profile": plan.profile.model_dump(mode="json"),
         "profile_id": plan.profile_id,
         "profile_name": plan.profile_name,
         "runtime": plan.runtime,
         "gpu": plan.gpu,
-        "versions": {"trtllm": TRTLLM_VERSION, "tensorrt": TENSORRT_VERSION, "triton_image": TRITON_IMAGE},
+        "versions": {"trtllm": TRTLLM_VERSION, "tensorrt": TENSORRT_VERSION, "triton_image": TRITON_IMAGE,
+                     "trtllm_engine": built_with},
         "checkpoint": {"path": str(plan.checkpoint), "kind": plan.checkpoint_kind, "revision": plan.profile.model_revision},
         "tokenizer": str(plan.tokenizer) if plan.tokenizer else None,
         "limits": plan.limits.model_dump(),
@@ -311,7 +314,8 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
         timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}
-        manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, result.peak_rss_mib))
+        extra = _manifest_extra(plan, timings, result.peak_rss_mib, engine_built_version(tmp))
+        manifest = build_manifest(build_origin(plan), tmp, started, extra=extra)
         write_json_atomic(tmp / "manifest.json", manifest)
     return BuildResult(plan=plan, engine_dir=plan.engine_dir, cached=False, duration_s=round(time.time() - started, 3),
                        log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)

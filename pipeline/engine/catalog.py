@@ -16,7 +16,7 @@ from pipeline.engine.flags import builder_restriction
 from pipeline.engine.memory import TP_CHOICES, EngineTarget, default_limits, estimate, what_would_fit
 from pipeline.deployable import DEFAULT_BACKEND, HF_QUANT_FORMATS, PYTORCH_BACKEND, Backend
 from pipeline.errors import UnsupportedError
-from pipeline.gpus import get_gpu, gpu_table
+from pipeline.gpus import get_gpu, gpu_table, pytorch_restriction
 from pipeline.host import known_gpu_key
 from pipeline.paths import stage_dir
 from pipeline.planner import Goal
@@ -124,7 +124,8 @@ def list_profiles(
                                            "(`pipeline convert --format hf`)",
                                            fix=f"--backend tensorrt for {quant.name}"))
                     continue
-                restriction = builder_restriction(gpu, quant, kv) if backend == DEFAULT_BACKEND else None
+                restriction = (builder_restriction(gpu, quant, kv) if backend == DEFAULT_BACKEND
+                               else pytorch_restriction(gpu, quant, kv))
                 if restriction:
                     rows.append(ProfileRow(**base, tp=1, status="incompatible", name=name, reason=restriction,
                                            fix="fp8 or nvfp4 weights"))

@@ -46,7 +46,7 @@ from pipeline.engine.memory import EngineTarget, Limits, default_limits
 from pipeline.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR,
                                  OPTIONS_FILE, PYTORCH_BACKEND)
 from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.gpus import GpuSpec, check_precision, get_gpu
+from pipeline.gpus import GpuSpec, check_pytorch_precision, get_gpu
 from pipeline.paths import stage_dir
 from pipeline.planner import DEFAULT_KV_FRACTION, Goal, check_tp
 from pipeline.profiles import BuildProfile
@@ -68,6 +68,7 @@ class TorchPlan(PlannedProfile):
     options: dict[str, Any]
     why: dict[str, str]
     simulated: dict[str, str] | None = None
+    env: dict[str, str] = {}  # environment the serving process needs (server_env), recorded in the manifest
     plan_only: str = ""  # non-empty: the input can be planned but not built (what to run first)
 
     @property
@@ -122,7 +123,9 @@ def llm_api_options(gpu: GpuSpec, kv: str, tp: int, goal: Goal, limits: Limits,
         "max_seq_len": "prompt + generated tokens per request",
         "kv_cache_config.free_gpu_memory_fraction": "share of the memory left after weights and warm-up; the "
         "documented default, leaving room for the CUDA graphs",
-        "kv_cache_config.dtype": "FP8 KV cache, as the checkpoint was calibrated" if kv == "fp8" else "the model's dtype",
+        "kv_cache_config.dtype": (f"FP8 KV cache with the checkpoint's calibrated scales: TensorRT-LLM 1.1 loads them only "
+                                  f"with {LOAD_KV_SCALES}=1 in the server's environment (the manifest's env)")
+        if kv == "fp8" and not gpu.is_cpu else "FP8 KV cache, simulated" if kv == "fp8" else "the model's dtype",
         "kv_cache_config.enable_block_reuse": "reuse the KV blocks of shared prefixes (chat templates, system prompts)",
         "cuda_graph_config": "no CUDA graphs on the CPU" if gpu.is_cpu else
         "decode steps replay CUDA graphs captured for these batch sizes; padding rounds a batch up to the next one",
@@ -138,13 +141,25 @@ def llm_api_options(gpu: GpuSpec, kv: str, tp: int, goal: Goal, limits: Limits,
     return options, why
 
 
+# TensorRT-LLM 1.1's PyTorch backend copies a checkpoint's calibrated k_scale / v_scale into the attention's KV scales
+# only when TRTLLM_LOAD_KV_SCALES=1 (tensorrt_llm/_torch/modules/linear.py, FP8QDQLinearMethod fused-QKV loading; off
+# by default in the 1.1-era file @ed53795b: pipeline/data/trtllm_pytorch_checkpoint.json, quant_configs.fp8.note).
+LOAD_KV_SCALES = "TRTLLM_LOAD_KV_SCALES"
+
+
+def server_env(gpu: GpuSpec, kv: str) -> dict[str, str]:
+    """The environment variables the process that loads the deployable needs: TRTLLM_LOAD_KV_SCALES=1 for an FP8 KV
+    cache on a GPU, so that the scales ModelOpt calibrated are the ones used (the CPU runtime simulates its own)."""
+    return {LOAD_KV_SCALES: "1"} if kv == "fp8" and not gpu.is_cpu else {}
+
+
 def options_yaml(plan: TorchPlan) -> str:
     import yaml
 
     head = (f"# LLM-API options for TensorRT-LLM {TRTLLM_VERSION}'s PyTorch backend, written by `pipeline build` for "
             f"{plan.profile_name} ({plan.profile_id}).\n"
             f"# Keys checked against TorchLlmArgs @{source_commit()} (pipeline/data/trtllm_llm_args.tsv).\n"
-            f"# trtllm-serve <model/> --extra_llm_api_options {OPTIONS_FILE}\n")
+            f"# {''.join(f'{k}={v} ' for k, v in plan.env.items())}trtllm-serve <model/> --extra_llm_api_options {OPTIONS_FILE}\n")
     return head + yaml.safe_dump(plan.options, sort_keys=False)
 
 
@@ -275,7 +290,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     if gpu.is_cpu and tp > 1:
         raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
     if not gpu.is_cpu:
-        check_precision(gpu, quant_format(quant), kv_cache_format(kv))
+        check_pytorch_precision(gpu, quant_format(quant), kv_cache_format(kv))
     check_tp(ckpt.shape, tp)
     source, notes = _model_source(ckpt, gpu, simulated)
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))
@@ -286,6 +301,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     memory, fit_notes = check_fits(ckpt.model, target, limits)
     cast_to = {"fp16": "float16", "bf16": "bfloat16"}.get(quant) if str(ckpt.shape.dtype) == "float32" else None
     options, why = llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to)
+    env = server_env(gpu, kv)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant, kv_cache=kv, tp=tp, pp=1, goal=spec.goal,
@@ -293,14 +309,14 @@ def plan_pytorch(spec: Any) -> TorchPlan:
         max_num_tokens=limits.max_num_tokens, backend=PYTORCH_BACKEND,
     )
     inputs_hash = sha256_json({"profile": profile.model_dump(mode="json"), "checkpoint": ckpt.revision,
-                               "model_source": str(source), "options": options, "simulated": simulated})
+                               "model_source": str(source), "options": options, "simulated": simulated, "env": env})
     return TorchPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name,
         runtime="reference" if gpu.is_cpu else "pytorch",
         gpu=gpu.summary(),
         checkpoint=ckpt.path, checkpoint_format=HF_FORMAT, model_source=source,
         deploy_dir=stage_dir(ckpt.model, "engines", profile.id), limits=limits, options=options, why=why,
-        memory=memory, inputs_hash=inputs_hash, simulated=simulated, notes=[*notes, *fit_notes], plan_only=plan_only,
+        memory=memory, inputs_hash=inputs_hash, simulated=simulated, env=env, notes=[*notes, *fit_notes], plan_only=plan_only,
     )
 
 
@@ -370,6 +386,7 @@ def _manifest_extra(plan: TorchPlan, linked: list[str], started: float) -> dict[
         "simulated": plan.simulated,
         "options_file": OPTIONS_FILE,
         "options": plan.options,
+        "env": plan.env,
         "why": plan.why,
         "limits": plan.limits.model_dump(),
         "memory_estimate": plan.memory.model_dump(),

@@ -34,6 +34,29 @@ class SettingsError(ValueError):
     """A parameter value the C++ backend would refuse at load, too."""
 
 
+def check_rendered_by(model_repository: str) -> None:
+    """Refuse to load under a `pipeline` other than the one that rendered the repository: the reference model imports
+    whatever pipeline the server's environment has, and its code must be the code the repository was rendered for.
+    model_repository: the model's folder (Triton's args["model_repository"]); its repository's manifest.json (render's)
+    records pipeline_version. A folder without that manifest was not rendered by `pipeline render`: not checked."""
+    from pathlib import Path
+
+    from pipeline import __version__ as installed
+
+    manifest_path = Path(model_repository).parent / "manifest.json"
+    if not manifest_path.is_file():
+        return
+    try:
+        rendered = json.loads(manifest_path.read_text(encoding="utf-8")).get("pipeline_version")
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"cannot read {manifest_path}: {error}") from None
+    if rendered != installed:
+        raise SettingsError(
+            f"the repository was rendered by pipeline {rendered or '(a version that did not record itself)'}, and this "
+            f"server imports pipeline {installed}: render it again with this pipeline (`pipeline render ...`), or serve it "
+            f"where pipeline {rendered or 'of its render'} is installed")
+
+
 @dataclass(frozen=True)
 class RuntimeSettings:
     batching: Batching = "inflight"

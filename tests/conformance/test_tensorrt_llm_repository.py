@@ -1,4 +1,5 @@
-"""The rendered GPU repository loads in NVIDIA's C++ backend: checked against facts read from its source.
+"""The rendered GPU repository against facts read from NVIDIA's C++ backend's source (what can be checked without
+running it: that it loads there is not run here).
 
 - every parameter the backend reads without a default is rendered (shared/reference/
   triton_trtllm_required_parameters.tsv: tensorrtllm_backend @c2e65b88 model_instance_state.cc:62,

@@ -1,5 +1,5 @@
 """pipeline.commands: tritonserver's command line, mpirun's (the launch_triton_server.py contract), and
-trtllm-serve's against the upstream option table (tensorrt_llm/commands/serve.py @4c05a748)."""
+trtllm-serve's against the upstream option table (`serve` in TensorRT-LLM 1.1.0's CLI reference, v1.1.0 @48b7b5d8)."""
 
 from __future__ import annotations
 

@@ -75,6 +75,10 @@ def test_gpu_deployable_layout_links_and_manifest(build_root):
     }
     assert options["cuda_graph_config"]["batch_sizes"][-1] == options["max_batch_size"]
     assert options["max_num_tokens"] >= profile.max_input_len
+    # TensorRT-LLM 1.1 loads the calibrated FP8 KV scales only with TRTLLM_LOAD_KV_SCALES=1: the deployable asks for it
+    assert manifest["env"] == {"TRTLLM_LOAD_KV_SCALES": "1"} == read_deployable(folder).env
+    assert "TRTLLM_LOAD_KV_SCALES=1" in manifest["why"]["kv_cache_config.dtype"]
+    assert "# TRTLLM_LOAD_KV_SCALES=1 trtllm-serve" in (folder / OPTIONS_FILE).read_text()
 
 
 def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
@@ -115,6 +119,7 @@ def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoi
     assert not (deployable.model_dir / "hf_quant_config.json").exists()  # the 16-bit source, loadable by transformers
     assert deployable.options["cuda_graph_config"] is None and deployable.options["tensor_parallel_size"] == 1
     assert deployable.manifest["model_source"] == str(source.resolve())
+    assert deployable.env == {}  # the reference runtime simulates the KV precision: no scales to load
     assert any("simulated" in note for note in deployable.manifest["notes"])
 
 
@@ -196,6 +201,22 @@ def test_refusals_exit_2(build_root, capsys):
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--gemm-plugin", "fp8"]) == 2
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "cpu", "--tp", "2"]) == 2
     assert run(["build", "--backend", "onnx", "--checkpoint", str(hf), "--gpu", "h100"]) == 2
+    assert not (build_root / "tiny" / "engines").exists()
+
+
+def test_awq_is_refused_on_blackwell_as_1_1_0s_hardware_matrix_says(build_root, capsys):
+    """TensorRT-LLM 1.1.0's quantization hardware support matrix (pipeline/data/trtllm_quant_hardware.tsv) marks
+    W4A16 AWQ and W4A8 AWQ unsupported on sm100/103 and sm120: refused before anything is written, naming the GPU,
+    the precision and what runs instead; the same checkpoints plan on Hopper."""
+    for quant in ("int4_awq", "w4a8_awq"):
+        ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / f"hf-{quant}", quant=quant)
+        with pytest.raises(UnsupportedError) as refused:
+            plan_pytorch(spec(gpu="b200", checkpoint=ckpt))
+        assert f"{quant} weights on Blackwell(sm100/103) (b200, SM 10.0)" in refused.value.message
+        assert "fp8, nvfp4" in refused.value.hint and "h100-sxm" in refused.value.hint
+        assert plan_pytorch(spec(gpu="h100", checkpoint=ckpt)).profile.quant == quant
+        assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "b200"]) == 2
+        assert "Blackwell" in capsys.readouterr().err
     assert not (build_root / "tiny" / "engines").exists()
 
 

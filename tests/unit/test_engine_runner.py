@@ -122,6 +122,7 @@ def test_successful_build_runs_the_planned_command_and_caches(env):
     assert manifest["profile"]["tp"] == 2 and manifest["gpu"]["compute_capability"] == "9.0"
     assert manifest["command"] == result.plan.command and manifest["timings"]["trtllm_build_s"] > 0
     assert manifest["peak_rss_mib"] is not None and "rank1.engine" in manifest["files"]
+    assert manifest["versions"]["trtllm_engine"] == "1.1.0"  # what the tool wrote into config.json, read back
     assert "stand-in trtllm-build" in (engine / "build.log").read_text()
     os.remove(env["argv"])
     again = build_engine(spec)

@@ -34,7 +34,7 @@ kv_cache_config:
 def test_trtllm_serve_command_serves_model_dir_with_the_options_file(tmp_path: Path) -> None:
     deployable = read_deployable(make_deployable(tmp_path / "build", gpu="h100-sxm", options=GPU_OPTIONS))
     command = trtllm_command(deployable, "0.0.0.0", 8000)
-    # tensorrt_llm/commands/serve.py @4c05a748: MODEL positional, --backend, --tp_size, --extra_llm_api_options
+    # `trtllm-serve serve` of 1.1.0 (v1.1.0 @48b7b5d8): MODEL positional, --backend, --tp_size, --extra_llm_api_options
     assert command == ["trtllm-serve", "serve", str(deployable.path / "model"), "--host", "0.0.0.0", "--port", "8000",
                        "--backend", "pytorch", "--tp_size", "2", "--pp_size", "1",
                        "--extra_llm_api_options", str(deployable.path / "llm_api_options.yaml")]

@@ -54,9 +54,13 @@ def test_both_backends_listed_with_why_not_here(tmp_path):
     assert "TensorRT-LLM checkpoint" in _row(rows, "h100-sxm", "bf16").needs
     sq = _row(rows, "h100-sxm", "int8_sq", "pytorch")
     assert sq.status == "incompatible" and "PyTorch-backend path" in sq.reason
-    # the PyTorch backend has no trtllm-build restriction on SM 10 (int4_awq is refused there by the builder only)
+    # TensorRT-LLM 1.1.0's quantization hardware matrix: no AWQ on Blackwell for the PyTorch backend either
     assert _row(rows, "b200", "int4_awq").status == "incompatible"
-    assert _row(rows, "b200", "int4_awq", "pytorch").status == "runnable"
+    for quant in ("int4_awq", "w4a8_awq"):
+        awq = _row(rows, "b200", quant, "pytorch")
+        assert awq.status == "incompatible" and "Blackwell(sm100/103)" in awq.reason
+    assert _row(rows, "h100-sxm", "int4_awq", "pytorch").status == "runnable"
+    assert _row(rows, "b200", "nvfp4", "pytorch").status == "runnable"
     assert all(r.here == "" for r in rows if r.gpu == "cpu")
     here = Machine(gpu="h100-sxm", trtllm_build=False, tensorrt_llm=True)
     assert here.why_not("h100-sxm", "pytorch") == "" and "trtllm-build" in here.why_not("h100-sxm", "tensorrt")
@@ -90,11 +94,11 @@ def test_profiles_cli_json_and_auto(capsys, tmp_path, monkeypatch):
     assert run(["profiles", "--model", str(LLAMA), "--backend", "onnx"]) == 2
 
 
-def _engine(folder: Path, **profile) -> Path:
+def _engine(folder: Path, built_with: str | None = None, **profile) -> Path:
     folder.mkdir(parents=True)
     built = BuildProfile(model="m", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
                          quant="fp8", **profile)
-    (folder / "config.json").write_text(json.dumps({"version": built.trtllm_version, "build_config": {}}))
+    (folder / "config.json").write_text(json.dumps({"version": built_with or built.trtllm_version, "build_config": {}}))
     (folder / "manifest.json").write_text(json.dumps({"profile": built.model_dump(mode="json")}))
     return folder
 
@@ -106,7 +110,7 @@ def test_engine_compatibility(tmp_path):
     with pytest.raises(UnsupportedError) as other_gpu:
         check_engine_compatible(engine, "a100")
     assert "h100-sxm (SM 9.0" in str(other_gpu.value) and "a100-80gb (SM 8.0" in str(other_gpu.value)
-    with pytest.raises(UnsupportedError, match="TensorRT-LLM 1.1.0; this environment has 1.2.0"):
+    with pytest.raises(UnsupportedError, match=r"TensorRT-LLM 1.1.0 \(its config.json\); this environment has 1.2.0"):
         check_engine_compatible(engine, "h100-sxm", "1.2.0")
     with pytest.raises(UnsupportedError, match="no NVIDIA GPU|there is none here"):
         check_engine_compatible(engine, "cpu")
@@ -127,4 +131,51 @@ def test_unrecorded_engine_checks_its_config_version(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"version": "0.17.0", "build_config": {}}))
     with pytest.raises(UnsupportedError, match="0.17.0"):
-        check_engine_compatible(folder, "h100")
+        check_engine_compatible(folder, "h100", "1.1.0")
+
+
+def _installed(folder: Path, version: str) -> Path:
+    """A tensorrt_llm distribution's metadata (what `pip install tensorrt_llm` leaves in site-packages)."""
+    info = folder / f"tensorrt_llm-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: {version}\n")
+    return folder
+
+
+def test_the_version_check_compares_the_engines_own_record_with_the_installed_tensorrt_llm(tmp_path, monkeypatch):
+    """The version is the one trtllm-build wrote into config.json, not the pinned constant the profile carries; the
+    other side is the TensorRT-LLM installed where it is served, not the pin either."""
+    from pipeline.profiles import engine_built_version, installed_trtllm_version
+
+    older = _engine(tmp_path / "older", built_with="1.0.0")  # its profile says 1.1.0 (the pin it was planned for)
+    assert engine_built_version(older) == "1.0.0"
+    with pytest.raises(UnsupportedError, match=r"built with TensorRT-LLM 1\.0\.0 \(its config.json\); this environment has 1\.1\.0"):
+        check_engine_compatible(older, "h100-sxm", "1.1.0")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    assert installed_trtllm_version() is None  # not installed (a CI machine rendering): the image it is served in
+    with pytest.raises(UnsupportedError, match="no TensorRT-LLM is installed here, and the pinned image .* has 1.1.0"):
+        check_engine_compatible(older, "h100-sxm")
+    monkeypatch.syspath_prepend(str(_installed(tmp_path / "site", "1.2.0")))
+    assert installed_trtllm_version() == "1.2.0"
+    pinned = _engine(tmp_path / "pinned")
+    with pytest.raises(UnsupportedError, match="TensorRT-LLM 1.1.0 \\(its config.json\\); this environment has 1.2.0"):
+        check_engine_compatible(pinned, "h100-sxm")
+
+
+def test_the_installed_version_is_read_from_the_python_that_runs_the_tools(tmp_path, monkeypatch):
+    """In the image the pipeline runs in its own venv; TensorRT-LLM is in the system python that trtllm-build's #! names."""
+    import stat
+    import sys
+
+    from pipeline.profiles import installed_trtllm_version
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    script = tools / "trtllm-build"
+    script.write_text(f"#!{sys.executable}\nprint('stand-in')\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setenv("PYTHONPATH", str(_installed(tmp_path / "system-site", "1.1.0")))  # seen by that python only
+    assert installed_trtllm_version() == "1.1.0"
+    with pytest.raises(UnsupportedError, match="built with TensorRT-LLM 0.21.0"):
+        check_engine_compatible(_engine(tmp_path / "e", built_with="0.21.0"), "h100-sxm")

@@ -146,3 +146,25 @@ def test_cli_render(reference_engine: Path, tmp_path: Path, capsys) -> None:
     assert cli.run(["render", "--engine", str(reference_engine), "--out", str(out), "--logits-dtype", "fp64"]) == 2
     assert cli.run(["render", "--engine", str(tmp_path / "missing"), "--out", str(out)]) == 2
 
+
+
+def test_the_reference_model_refuses_a_pipeline_other_than_the_one_that_rendered_it(reference_engine: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The bundle's reference tensorrt_llm model imports whatever `pipeline` the server's environment has: render records
+    its own version, and the model's initialize (check_rendered_by, called first) refuses another one."""
+    import pipeline
+    from pipeline.reference_runtime.settings import SettingsError, check_rendered_by
+
+    repo = render(RenderSpec(engine=reference_engine, out=tmp_path / "repo")).repo
+    manifest = json.loads((repo / "manifest.json").read_text())
+    assert manifest["pipeline_version"] == pipeline.__version__
+    check_rendered_by(str(repo / "tensorrt_llm"))  # the same pipeline: loads
+    assert "check_rendered_by(args[\"model_repository\"])" in (repo / "tensorrt_llm" / "1" / "model.py").read_text()
+    manifest["pipeline_version"] = "0.0.1"
+    (repo / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SettingsError, match=f"rendered by pipeline 0.0.1, and this server imports pipeline {pipeline.__version__}"):
+        check_rendered_by(str(repo / "tensorrt_llm"))
+    del manifest["pipeline_version"]
+    (repo / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SettingsError, match="did not record itself"):
+        check_rendered_by(str(repo / "tensorrt_llm"))

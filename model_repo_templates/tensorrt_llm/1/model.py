@@ -47,7 +47,7 @@ import triton_python_backend_utils as pb_utils
 from pipeline.reference_runtime.engine import ReferenceEngine
 from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
-from pipeline.reference_runtime.settings import SettingsError, read_settings
+from pipeline.reference_runtime.settings import SettingsError, check_rendered_by, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
 from pipeline.reference_runtime.words import from_word_list
 
@@ -113,6 +113,10 @@ class TritonPythonModel:
             logger.addHandler(_TritonLogHandler())
             logger.setLevel(logging.INFO)
         self.model_config = json.loads(args["model_config"])
+        try:  # the pipeline imported here must be the one that rendered this repository
+            check_rendered_by(args["model_repository"])
+        except SettingsError as error:
+            raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})
         engine_dir = Path(_param(parameters, "gpt_model_path"))
