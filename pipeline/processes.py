@@ -128,6 +128,25 @@ def spawn(argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **popen_kw
     return _SPAWNER.popen(lambda: subprocess.Popen(list(argv), preexec_fn=preexec, **popen_kwargs))
 
 
+def start_as_daemons(start: Callable[[], None]) -> None:
+    """Call start() on a short-lived daemon thread and wait for it: the threads start() creates without
+    saying are daemons then (a Thread's daemon flag defaults to that of the thread creating it), so they
+    never keep the interpreter alive at exit (a Python-backend stub whose model was finalized, say)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start()
+        except BaseException as failure:  # noqa: BLE001 - raised again in the caller
+            failures.append(failure)
+
+    starter = threading.Thread(target=run, name="daemon-starter", daemon=True)
+    starter.start()
+    starter.join()
+    if failures:
+        raise failures[0]
+
+
 def _raise_terminated(signum: int, frame: object) -> None:  # noqa: ARG001
     raise Terminated()
 
