@@ -33,6 +33,7 @@ class TritonArgs(Protocol):
     world_size: int
     exit_timeout_s: int
     extra_args: tuple[str, ...]
+    shm_region_prefix: str | None
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class TritonLaunch:
     world_size: int = 1
     exit_timeout_s: int = TRITON_EXIT_TIMEOUT_S
     extra_args: tuple[str, ...] = ()
+    shm_region_prefix: str | None = None  # a pod's server is alone in its container: Triton's default
 
 
 class _Binary(Protocol):
@@ -63,13 +65,23 @@ def _port_args(spec: TritonArgs) -> list[str]:
     return [f"--grpc-port={spec.grpc_port}", f"--http-port={spec.http_port}", f"--metrics-port={spec.metrics_port}"]
 
 
+def _shm_prefix_arg(prefix: str) -> str:
+    """The Python backend's name prefix for its /dev/shm regions (python_backend r24.10 src/python_be.cc:2049-2059;
+    a region is named prefix + UUID, stub_launcher.cc:81-82)."""
+    return f"--backend-config=python,shm-region-prefix-name={prefix}"
+
+
 def tritonserver_command(spec: TritonArgs, binary: _Binary | str | Path) -> list[str]:
-    """The single-process command line. Ports are taken as given (start_server resolves 0 first)."""
+    """The single-process command line. Ports are taken as given (start_server resolves 0 first). With a
+    shm_region_prefix, the Python backend names its shared-memory regions with it (pipeline.serve gives each
+    server its own, so what a server leaves in /dev/shm can be told from other servers' regions)."""
     path, backend_dir = _binary_path(binary)
     cmd = [path, f"--model-repository={spec.repo}"]
     if backend_dir is not None:
         cmd.append(f"--backend-directory={backend_dir}")
     cmd += _port_args(spec)
+    if spec.shm_region_prefix:
+        cmd.append(_shm_prefix_arg(spec.shm_region_prefix))
     cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
     cmd += list(spec.extra_args)
     return cmd
@@ -85,7 +97,8 @@ def mpirun_command(
     """One tritonserver per rank under mpirun, as tensorrtllm_backend's launch_triton_server.py.
 
     Every rank gets `-n 1`, the repository, the ports, --disable-auto-complete-config and its own
-    Python-backend shared-memory prefix; ranks other than 0 load only the TensorRT-LLM model(s)
+    Python-backend shared-memory prefix (`prefix<rank>_` as NVIDIA's script, or the spec's
+    shm_region_prefix followed by `rank<rank>_`); ranks other than 0 load only the TensorRT-LLM model(s)
     (explicit model control), so the ensemble, pre/postprocessing and BLS run once, on rank 0.
     """
     path, backend_dir = _binary_path(binary)
@@ -98,7 +111,8 @@ def mpirun_command(
         if rank != 0:
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={name}" for name in trtllm_model_names]
-        cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        prefix = f"{spec.shm_region_prefix}rank{rank}_" if spec.shm_region_prefix else f"prefix{rank}_"
+        cmd += ["--disable-auto-complete-config", _shm_prefix_arg(prefix)]
         cmd.append(f"--exit-timeout-secs={spec.exit_timeout_s}")
         cmd += list(spec.extra_args)
         cmd.append(":")

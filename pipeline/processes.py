@@ -6,9 +6,12 @@ the *thread* that forked the child exits, not the process, so every child is for
 thread that lives as long as the process (a server started from a short-lived worker thread would
 otherwise die with that thread).
 
-tritonserver's own children, the Python-backend stubs, watch their parent: each stub checks every
-300 ms that tritonserver is still there and exits when it is not (python_backend src/pb_stub.cc,
-"Non-graceful termination detected"), so killing tritonserver takes them along.
+The parent-death signal reaches only the server itself, not what it started, and tritonserver's Python
+stubs do not reliably follow it (they ignore SIGTERM, and their own watch on their parent can hang for
+ever: pipeline.reaper says where). So every ServerProcess also starts a reaper (pipeline.reaper), a
+small process that outlives its owner only long enough to SIGKILL what is left of the server (its
+process group, and every process whose command line carries the server's token) and unlink the
+server's /dev/shm regions. stop() does the same itself after the orderly stop.
 
 `terminate_as_interrupt` turns SIGTERM into `Terminated` (a BaseException, as KeyboardInterrupt), so `with start_server(...)`
 blocks and `atomic_dir` clean-ups run on `kill PID` / CI cancellation exactly as on Ctrl-C.
@@ -30,6 +33,8 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+from pipeline import reaper
 
 _PR_SET_PDEATHSIG = 1
 
@@ -123,6 +128,25 @@ def spawn(argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **popen_kw
     return _SPAWNER.popen(lambda: subprocess.Popen(list(argv), preexec_fn=preexec, **popen_kwargs))
 
 
+def start_as_daemons(start: Callable[[], None]) -> None:
+    """Call start() on a short-lived daemon thread and wait for it: the threads start() creates without
+    saying are daemons then (a Thread's daemon flag defaults to that of the thread creating it), so they
+    never keep the interpreter alive at exit (a Python-backend stub whose model was finalized, say)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start()
+        except BaseException as failure:  # noqa: BLE001 - raised again in the caller
+            failures.append(failure)
+
+    starter = threading.Thread(target=run, name="daemon-starter", daemon=True)
+    starter.start()
+    starter.join()
+    if failures:
+        raise failures[0]
+
+
 def _raise_terminated(signum: int, frame: object) -> None:  # noqa: ARG001
     raise Terminated()
 
@@ -160,17 +184,67 @@ def terminate_group(process: subprocess.Popen, timeout_s: float) -> None:
             pass
 
 
-class ServerProcess:
-    """A started server in its own process group, with its log file: a context manager that stops it, and a
-    finalizer that stops it if it is dropped unstopped. Subclasses say how long an orderly stop may take."""
+class Reaper:
+    """The reaper of one server (pipeline.reaper): started beside it, in a session of its own and not tied
+    to this process, so it outlives a `kill -9` of this process; it acts once its lifeline, a pipe whose
+    write end only this process holds, is closed (by release(), or by the kernel when this process dies)."""
 
-    def __init__(self, process: subprocess.Popen, log_file: Path, command: list[str]) -> None:
+    def __init__(self, group: int, token: str | None, log_file: Path | None) -> None:
+        self.group, self.token = group, token
+        command = [sys.executable, "-I", reaper.__file__, "--group", str(group)]
+        # the token goes in the environment: a command line carrying it marks a process of the server's
+        env = {**os.environ, reaper.TOKEN_VARIABLE: token} if token else None
+        self.process: subprocess.Popen | None = None
+        self._lifeline = -1
+        try:
+            read_end, self._lifeline = os.pipe()  # both close-on-exec: no other child inherits the write end
+            try:
+                with open(log_file, "ab") if log_file else open(os.devnull, "wb") as log:
+                    self.process = subprocess.Popen(command, stdin=read_end, stdout=subprocess.DEVNULL, stderr=log,
+                                                    env=env, start_new_session=True)
+            finally:
+                os.close(read_end)
+        except OSError:  # no reaper: stop() still cleans up; only a kill -9 of this process would leave things
+            pass
+
+    def release(self, timeout_s: float = 15.0) -> None:
+        """After this process cleaned up itself: close the lifeline; the reaper checks once more and exits."""
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def stop_server(process: subprocess.Popen, timeout_s: float, server_reaper: Reaper) -> None:
+    """terminate_group, then SIGKILL for what the server left outside its group and unlink of its shared
+    memory (pipeline.reaper.reap), then release its reaper."""
+    try:
+        terminate_group(process, timeout_s)
+        reaper.reap(server_reaper.group, server_reaper.token)
+    finally:
+        server_reaper.release()
+
+
+class ServerProcess:
+    """A started server in its own process group, with its log file and its reaper: a context manager that
+    stops it, and a finalizer that stops it if it is dropped unstopped. Subclasses say how long an orderly
+    stop may take. token: a string in the command line of every process the server starts and in the name
+    of every /dev/shm region it creates (pipeline.serve's shm-region prefix); None for servers without one."""
+
+    def __init__(self, process: subprocess.Popen, log_file: Path, command: list[str], *,
+                 token: str | None = None) -> None:
         self.process = process
         self.log_file = log_file
         self.command = command
         self.started_unix = time.time()
         self.ready_s: float | None = None
-        self._finalizer = weakref.finalize(self, terminate_group, process, 5.0)
+        self.reaper = Reaper(process.pid, token, log_file)
+        self._finalizer = weakref.finalize(self, stop_server, process, 5.0, self.reaper)
 
     @property
     def pid(self) -> int:
@@ -198,10 +272,11 @@ class ServerProcess:
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the server and everything it started: SIGTERM, then SIGKILL for the whole process group after
-        timeout_s (default: stop_timeout_s()). Safe to call twice."""
+        timeout_s (default: stop_timeout_s()), then its leftovers and shared memory (stop_server). Safe to
+        call twice."""
         if self._finalizer.alive:
             self._finalizer.detach()
-            terminate_group(self.process, self.stop_timeout_s() if timeout_s is None else timeout_s)
+            stop_server(self.process, self.stop_timeout_s() if timeout_s is None else timeout_s, self.reaper)
         return self.process.returncode
 
     def __enter__(self):

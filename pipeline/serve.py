@@ -9,7 +9,10 @@ rank loads only the `tensorrt_llm` model(s) in explicit model-control mode.
 
 No orphans: the server runs in its own process group (stop() ends the whole group) and is tied to the
 process that started it by the parent-death signal (pipeline.processes.spawn), so a `kill -9` of that
-process takes tritonserver down, and its Python stubs exit when they see tritonserver gone.
+process takes tritonserver down. Its Python stubs may not follow on their own (pipeline.reaper says
+why): each server gets a shm-region prefix of its own (`new_shm_region_prefix`), which is in every
+stub's command line and every region's name, and a reaper that SIGKILLs what is left and unlinks the
+regions however the server ends, `kill -9` of its owner included (pipeline.processes.ServerProcess).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -56,6 +60,9 @@ class ServerSpec(BaseModel):
         "A cancelled ensemble stream stays in flight in Triton 2.51 (README, Cancellation), so a stop after "
         "one takes this long."))
     extra_args: tuple[str, ...] = ()
+    shm_region_prefix: str | None = Field(None, pattern=r"^[A-Za-z0-9_]{16,}$", description=(
+        "The Python backend's /dev/shm region prefix; None: start_server gives the server one of its own, "
+        "by which its reaper knows the server's regions and stubs (pipeline.reaper)."))
 
     @field_validator("repo")
     @classmethod
@@ -122,7 +129,7 @@ class TritonServer(ServerProcess):
     process group after the exit timeout plus a margin."""
 
     def __init__(self, spec: ServerSpec, process: subprocess.Popen, log_file: Path, command: list[str]) -> None:
-        super().__init__(process, log_file, command)
+        super().__init__(process, log_file, command, token=spec.shm_region_prefix)
         self.spec = spec
 
     @property
@@ -139,6 +146,11 @@ class TritonServer(ServerProcess):
 
     def stop_timeout_s(self) -> float:
         return self.spec.exit_timeout_s + STOP_MARGIN_S
+
+
+def new_shm_region_prefix() -> str:
+    """A Python-backend shm-region prefix no other server has: Triton's default name, then ours and a random part."""
+    return f"triton_python_backend_shm_region_pipeline_{secrets.token_hex(6)}_"
 
 
 def check_repo(spec: ServerSpec) -> None:
@@ -223,6 +235,8 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
     check_repo(spec)
     check_engine(spec.repo)
     spec = resolve_ports(spec)
+    if spec.shm_region_prefix is None:
+        spec = spec.model_copy(update={"shm_region_prefix": new_shm_region_prefix()})
     if binary is None:
         binary = find_tritonserver()
     if spec.world_size > 1:
@@ -240,8 +254,8 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())
         log.flush()
-        # Tied to this process: if it dies (even by kill -9), the kernel kills tritonserver, whose Python
-        # stubs then exit on their own. mpirun gets SIGTERM instead, which it forwards to its ranks.
+        # Tied to this process: if it dies (even by kill -9), the kernel kills tritonserver (mpirun gets SIGTERM
+        # instead, which it forwards to its ranks), and the server's reaper kills the stubs and removes their regions.
         process = spawn(command, death_signal=signal.SIGTERM if spec.world_size > 1 else signal.SIGKILL,
                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                         start_new_session=True)

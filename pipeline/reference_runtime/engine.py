@@ -9,6 +9,8 @@ per-request sampling (sampling.RequestSampler), end ids, stop words (the request
 manager as soon as its output ends with one, which frees its KV blocks), cancellation, log-probs,
 the perf-metric timestamps and the runtime's own counters (stats(): slots, queue, KV blocks).
 Results reach the caller through a callback per request, called from one dispatcher thread.
+Every thread it runs is a daemon, the manager's included, and close() cancels what runs: a finalized
+stub's interpreter, which waits at exit for threads that are not daemons, is never kept alive by them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pipeline.processes import start_as_daemons
 from pipeline.reference_runtime.attention import install as install_per_request_attention
 from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, KvCachePlan, blocks_for,
                                                  kv_bytes_per_token, plan_kv_cache)
@@ -116,7 +119,7 @@ class ReferenceEngine:
             generation_config=generation_config, continuous_batching_config=cb_config
         )
         self._manager.logit_processor.tensors_required = 1  # room for the sampler's slot column
-        self._manager.start()
+        start_as_daemons(self._manager.start)  # transformers 5.24 starts a plain Thread (continuous_api.py:813-816)
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self._admission = Admission(total_blocks=self.kv_plan.blocks, max_active=limits.max_batch_size,
@@ -199,9 +202,11 @@ class ReferenceEngine:
                             finished=finished)
 
     def close(self) -> None:
+        """Every request ends "cancelled", in the manager too (asked to stop, it first finishes what it holds:
+        transformers 5.24 continuous_api.py:1099-1103); then the manager stops."""
         self._running = False
         for active in list(self._active.values()):
-            self._finish(active, "cancelled", cancel_in_manager=False)
+            self._finish(active, "cancelled", cancel_in_manager=True)
         try:
             self._manager.stop(block=True, timeout=10)
         except Exception:  # noqa: BLE001 - best effort at shutdown

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -11,10 +10,14 @@ import sys
 import threading
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
+
+from serve_leftovers import ready_json, remove_all, started_by, still_there, stub_regions
 
 from pipeline.errors import StageFailedError
 from pipeline.serve import ServerSpec, start_server
@@ -66,63 +69,38 @@ def _cli_serve(log: Path, repo: Path = ECHO_REPO) -> subprocess.Popen:
     )
 
 
-def _ready_json(proc: subprocess.Popen) -> dict:
-    first = proc.stdout.readline()  # the JSON result is printed once the server is ready
-    assert first.startswith("{"), proc.stderr.read()
-    while not first.endswith("}\n"):
-        first += proc.stdout.readline()
-    return json.loads(first)
-
-
-def _server_tree(pid: int) -> list[psutil.Process]:
-    """tritonserver and its Python-backend stubs (one per model instance)."""
-    server = psutil.Process(pid)
-    return [server, *server.children(recursive=True)]
-
-
-def _still_running(processes: list[psutil.Process], within_s: float) -> list[str]:
-    """Those of processes that are still running (zombies count as gone) after within_s."""
-    deadline = time.monotonic() + within_s
-    while True:
-        alive = []
-        for process in processes:
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(f"{process.pid} {process.name()}")
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
-
-
-def _kill_tree(processes: list[psutil.Process]) -> None:
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-def test_cli_serve_runs_until_sigterm(tmp_path: Path) -> None:
-    """SIGTERM is the orderly stop: exit 0, tritonserver and its stubs gone."""
-    log = tmp_path / "cli.log"
+@contextmanager
+def _served(log: Path) -> Iterator[tuple[subprocess.Popen, dict, list[psutil.Process], list[Path]]]:
+    """`pipeline serve` of the echo repository, ready: (its process, its JSON, what it started, the stubs'
+    regions); afterwards whatever is left is removed, whatever the test found."""
     proc = _cli_serve(log)
     watchdog = threading.Timer(180, proc.kill)
     watchdog.start()
     tree: list[psutil.Process] = []
+    regions: list[Path] = []
     try:
-        out = _ready_json(proc)
-        tree = _server_tree(out["pid"])
-        assert len(tree) >= 2, "no Python-backend stub under tritonserver"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-        left = _still_running(tree, within_s=1.0)
+        out = ready_json(proc)
+        tree = started_by(proc.pid)
+        regions = stub_regions(tree)
+        assert len(tree) >= 3 and regions, "no Python-backend stub under tritonserver, or no reaper"
+        assert all(region.exists() for region in regions)
+        yield proc, out, tree, regions
     finally:
         watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
-        _kill_tree(tree)
+        remove_all(tree, regions)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_cli_serve_runs_until_sigterm(tmp_path: Path, stop: signal.Signals) -> None:
+    """SIGTERM or Ctrl-C is the orderly stop: exit 0, tritonserver, its stubs, their /dev/shm regions and
+    the reaper gone."""
+    log = tmp_path / "cli.log"
+    with _served(log) as (proc, out, tree, regions):
+        proc.send_signal(stop)
+        _, err = proc.communicate(timeout=60)
+        left = still_there(tree, within_s=1.0, regions=regions)
     assert proc.returncode == 0, err
     assert out["grpc_url"].startswith("127.0.0.1:") and out["log_file"] == str(log)
     assert not left, f"still running after pipeline serve stopped: {left}"
@@ -130,24 +108,27 @@ def test_cli_serve_runs_until_sigterm(tmp_path: Path) -> None:
 
 def test_kill_9_of_cli_serve_takes_the_server_and_its_stubs_along(tmp_path: Path) -> None:
     """No orphans: `kill -9` of `pipeline serve` (no Python clean-up can run) ends tritonserver through
-    its parent-death signal, and its Python stubs exit when they see tritonserver gone."""
-    proc = _cli_serve(tmp_path / "cli.log")
-    watchdog = threading.Timer(180, proc.kill)
-    watchdog.start()
-    tree: list[psutil.Process] = []
-    try:
-        tree = _server_tree(_ready_json(proc)["pid"])
-        assert len(tree) >= 2, "no Python-backend stub under tritonserver"
+    its parent-death signal, and the server's reaper ends its stubs and removes their /dev/shm regions
+    (tests/reliability/test_interruption.py does the same with streams running)."""
+    with _served(tmp_path / "cli.log") as (proc, _, tree, regions):
         killed = time.monotonic()
         proc.kill()
         proc.wait(timeout=10)
-        left = _still_running(tree, within_s=5.0)
+        left = still_there(tree, within_s=5.0, regions=regions)
         took = time.monotonic() - killed
-    finally:
-        watchdog.cancel()
-        _kill_tree(tree)  # never leave them behind, even when the assertion below fails
-    print(f"tritonserver and {len(tree) - 1} stub(s) gone {took:.2f} s after kill -9 of pipeline serve")
-    assert not left, f"still running 5 s after kill -9 of pipeline serve: {left}"
+    print(f"tritonserver, {len(regions)} stub(s) and the reaper gone {took:.2f} s after kill -9 of pipeline serve")
+    assert not left, f"still running (or still in /dev/shm) 5 s after kill -9 of pipeline serve: {left}"
+
+
+def test_a_crashed_tritonserver_leaves_no_stub_and_no_shared_memory(tmp_path: Path) -> None:
+    """tritonserver dies (kill -9 of tritonserver alone, as a crash): `pipeline serve` exits 1 naming it, and
+    the stubs, the reaper and every /dev/shm region of the server are gone."""
+    with _served(tmp_path / "cli.log") as (proc, out, tree, regions):
+        os.kill(out["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        left = still_there(tree, within_s=5.0, regions=regions)
+    assert proc.returncode == 1 and "exited on its own" in err, err
+    assert not left, f"still running (or still in /dev/shm) after tritonserver crashed: {left}"
 
 
 def test_sigterm_while_starting_exits_143_and_leaves_nothing(tmp_path: Path) -> None:
@@ -162,11 +143,11 @@ def test_sigterm_while_starting_exits_143_and_leaves_nothing(tmp_path: Path) -> 
         assert tree, "tritonserver never started"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-        left = _still_running(tree, within_s=1.0)
+        left = still_there(tree, within_s=1.0)
     finally:
         if proc.poll() is None:
             proc.kill()
-        _kill_tree(tree)
+        remove_all(tree)
     assert proc.returncode == 143, err
     assert "Terminated" in err
     assert not left, f"still running: {left}"

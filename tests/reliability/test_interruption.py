@@ -11,6 +11,7 @@ re-run must succeed (a no-op), and no temporary folder of the killed run may be 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from reliability_helpers import child_env, kill_when, pipeline_argv
+from serve_leftovers import ready_json, remove_all, started_by, still_there, stub_regions
 from pipeline.artifacts import folder_hash, is_up_to_date, read_manifest
 from pipeline.cli import run
 
@@ -183,3 +185,70 @@ def test_download_gguf_killed(demo_hf_dir: Path, session_build_root: Path, tmp_p
     """The demo GGUF conversion (tens of seconds) killed 3 s in; the session's demo checkpoint survives."""
     _kill_rerun_check("download-gguf", ["download", "demo"], demo_hf_dir, session_build_root, ["3s-in"], tmp_path,
                       monkeypatch)
+
+
+# ------------------------------------------------------------------------------------------------
+# kill -9 (or SIGTERM) of `pipeline serve` itself, while streams run: nothing it started may survive
+
+
+def _active_streams(metrics_url: str) -> int:
+    """The reference runtime's running requests (nv_trt_llm_request_metrics, request_type active)."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    match = re.search(r'^nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\} (\S+)', text, re.M)
+    return int(float(match.group(1))) if match else 0
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "SIGTERM"])
+def test_serve_ended_under_streams_leaves_no_process_and_no_shared_memory(demo_repo: Path, tmp_path: Path,
+                                                                             stop: signal.Signals) -> None:
+    """`pipeline serve` of the reference runtime, 8 streams running, then `kill -9` (or SIGTERM, the
+    orderly stop) of `pipeline serve`: within 15 s of its end no process it started is left
+    (tritonserver, every Python-backend stub, the reaper), and no /dev/shm region of its stubs. Before the
+    reaper, after kill -9 the tensorrt_llm stub stayed for good (parent init, SIGTERM ignored, its
+    watchdog waiting on the dead parent: pipeline/reaper.py), and so did its region."""
+    import threading
+
+    from pipeline.client import GenerateRequest, generate
+
+    log = tmp_path / "tritonserver.log"
+    proc = subprocess.Popen(pipeline_argv("--quiet", "serve", str(demo_repo), "--json", "--http-port", "0", "--grpc-port",
+                                          "0", "--metrics-port", "0", "--no-warmup", "--exit-timeout", "5",
+                                          "--log-file", str(log)),
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = threading.Timer(600, proc.kill)
+    watchdog.start()
+    started: list = []
+    regions: list[Path] = []
+    try:
+        served = ready_json(proc)
+        request = GenerateRequest(prompt="Tell me a long story about a lighthouse.", max_tokens=240, min_tokens=240,
+                                  stream=True)
+        for _ in range(8):
+            threading.Thread(target=generate, args=(served["grpc_url"], "ensemble", request), kwargs={"timeout_s": 300},
+                             daemon=True).start()
+        deadline = time.monotonic() + 120
+        while _active_streams(served["metrics_url"]) < 8 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # tokens flowing
+        running = _active_streams(served["metrics_url"])
+        started = started_by(proc.pid)  # tritonserver, its stubs, the reaper
+        regions = stub_regions(started)
+        assert running >= 4, f"only {running} streams running"
+        assert len(regions) >= 5, f"stubs: {regions}"
+        killed = time.monotonic()
+        proc.send_signal(stop)
+        proc.wait(timeout=60)  # SIGTERM: the exit timeout (5 s) for in-flight requests, then the stop
+        left = still_there(started, within_s=15.0, regions=regions)
+        took = time.monotonic() - killed
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        remove_all(started, regions)  # never leave them behind, even when an assertion fails
+    RESULTS.append({"stage": "serve", "point": f"{running} streams running", "signal": stop.name,
+                    "processes": len(started), "regions": len(regions), "left": left, "took_s": round(took, 2)})
+    assert not left, f"still running or in /dev/shm 15 s after {stop.name} ended pipeline serve: {left}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.commands import mpirun_command, tritonserver_command, trtllm_serve_command, trtllm_serve_option
-from pipeline.serve import ServerSpec
+from pipeline.serve import ServerSpec, new_shm_region_prefix
 from pipeline.triton_binary import TritonBinary
 from pipeline.trtllm_serve import flags
 
@@ -48,6 +48,21 @@ def test_mpirun_command_four_ranks_each_with_own_shm_prefix(tmp_path: Path) -> N
         assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in cmd
     assert cmd.count("--model-control-mode=explicit") == 3
     assert cmd.count("--load-model=a") == 3 and cmd.count("--load-model=b") == 3
+
+
+def test_a_servers_own_shm_prefix_names_its_python_backend_regions(tmp_path: Path) -> None:
+    """start_server gives every server a prefix of its own (its reaper finds the server's stubs and /dev/shm
+    regions by it); single process: one --backend-config, mpirun: the prefix and the rank, as prefix<rank>_."""
+    prefix = new_shm_region_prefix()
+    assert prefix != new_shm_region_prefix() and prefix.startswith("triton_python_backend_shm_region_pipeline_")
+    spec = ServerSpec(repo=tmp_path, shm_region_prefix=prefix)
+    assert tritonserver_command(spec, "ts").count(f"--backend-config=python,shm-region-prefix-name={prefix}") == 1
+    ranks = mpirun_command(spec.model_copy(update={"world_size": 2}), "ts")
+    for rank in range(2):
+        assert f"--backend-config=python,shm-region-prefix-name={prefix}rank{rank}_" in ranks
+    assert not any("shm-region-prefix" in arg for arg in tritonserver_command(ServerSpec(repo=tmp_path), "ts"))
+    with pytest.raises(ValueError):
+        ServerSpec(repo=tmp_path, shm_region_prefix="short")  # the reaper refuses a prefix that could match others'
 
 
 def test_command_line_is_the_upstream_spelling() -> None:

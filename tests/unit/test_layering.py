@@ -28,6 +28,7 @@ CORE = {  # facts and plumbing every stage shares; they import nothing but each 
     "pipeline.deployable": "names shared by the stages that write and read PyTorch-backend deployables",
     "pipeline.processes": "child processes tied to their parent (servers)",
     "pipeline.tool_env": "the environment NVIDIA's tools and servers get (the image's Python, not the pipeline's venv)",
+    "pipeline.reaper": "cleans up after a server whose owner died (a process of its own; standard library only)",
     "pipeline.hf_compat": "HF config/tokenizer compatibility across transformers versions",
 }
 JOBS = {"pipeline.jobs": "runs stages in sequence (the demo and engine jobs, evaluate-and-record)"}

@@ -99,3 +99,116 @@ def test_terminate_as_interrupt_is_a_no_op_off_the_main_thread() -> None:
     worker.start()
     worker.join()
     assert seen == [signal.getsignal(signal.SIGTERM)]
+
+
+# A stand-in for tritonserver and what it leaves: a child in its group that ignores SIGTERM (as a Python
+# stub does), a process in a session of its own whose command line carries the server's token (as a stub
+# or an mpirun rank elsewhere would), and a /dev/shm file named by the token (a stub's region).
+FAKE_SERVER = """
+trap '' TERM
+bash -c "trap '' TERM; sleep 60" &
+in_group=$!
+setsid "$2" -c 'import time; time.sleep(60)' "$1" &
+elsewhere=$!
+: > /dev/shm/"$1"region
+echo $$ $in_group $elsewhere
+wait
+"""
+
+
+def _token() -> str:
+    import secrets
+
+    return f"pipeline_test_{secrets.token_hex(8)}_"
+
+
+def _start_fake_server(token: str):
+    from pipeline.processes import spawn
+
+    process = spawn(["bash", "-c", FAKE_SERVER, "fake-server", token, sys.executable], start_new_session=True,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    assert len(pids) == 3, pids
+    return process, pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _left(pids: list[int], token: str, within_s: float) -> tuple[list[int], bool]:
+    """Those of pids still running, and whether the token's /dev/shm file is still there, after within_s."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = [pid for pid in pids if _running(pid)]
+        region = os.path.exists(f"/dev/shm/{token}region")
+        if (not alive and not region) or time.monotonic() > deadline:
+            return alive, region
+        time.sleep(0.05)
+
+
+def _kill_all(pids: list[int], token: str) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.unlink(f"/dev/shm/{token}region")
+    except FileNotFoundError:
+        pass
+
+
+def test_stop_kills_what_the_server_left_and_removes_its_shared_memory(tmp_path) -> None:
+    from pipeline.processes import ServerProcess
+
+    token = _token()
+    process, pids = _start_fake_server(token)
+    server = ServerProcess(process, tmp_path / "server.log", ["fake-server"], token=token)
+    try:
+        assert os.path.exists(f"/dev/shm/{token}region")
+        server.stop(timeout_s=0.5)  # the server ignores SIGTERM: the group gets SIGKILL after 0.5 s
+        alive, region = _left(pids, token, within_s=0)  # stop() returns when all is gone
+        assert server.reaper.process.wait(timeout=5) == 0
+    finally:
+        _kill_all(pids, token)
+    assert not alive, f"still running after stop(): {alive}"
+    assert not region, "the server's /dev/shm region is still there after stop()"
+
+
+def test_kill_9_of_the_owner_leaves_no_process_and_no_shared_memory(tmp_path) -> None:
+    """The owner of a ServerProcess is SIGKILLed (no clean-up of its own runs): the server dies by its
+    parent-death signal, and the reaper kills what it left (in its group and elsewhere) and removes its
+    /dev/shm region, then exits."""
+    token = _token()
+    code = textwrap.dedent("""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[3])
+        from test_processes import _start_fake_server
+        from pipeline.processes import ServerProcess
+        process, pids = _start_fake_server(sys.argv[1])
+        server = ServerProcess(process, Path(sys.argv[2]), ["fake-server"], token=sys.argv[1])
+        print(*pids, server.reaper.process.pid, flush=True)
+        time.sleep(60)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", code, token, str(tmp_path / "server.log"), os.path.dirname(__file__)],
+                             stdout=subprocess.PIPE, text=True)
+    line = owner.stdout.readline()
+    pids = [int(pid) for pid in line.split()]
+    try:
+        assert len(pids) == 4, line
+        assert os.path.exists(f"/dev/shm/{token}region")
+        owner.kill()
+        owner.wait()
+        alive, region = _left(pids, token, within_s=10)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        _kill_all(pids, token)
+    assert not alive, f"still running 10 s after kill -9 of the owner (server, in its group, elsewhere, reaper): {alive}"
+    assert not region, "the server's /dev/shm region outlived the owner"
+    assert "pipeline reaper: the server's owner is gone" in (tmp_path / "server.log").read_text()
