@@ -222,7 +222,17 @@ def server_environment(repo: Path, binary: TritonBinary) -> dict[str, str]:
     if binary.source != "PATH":
         return {**os.environ, **binary.env}
     base = pipeline_environment() if needs_pipeline(repo) else nvidia_environment()
-    return {**base, **binary.env}
+    return {**base, **binary.env, **deployable_env(repo)}
+
+
+def deployable_env(repo: Path) -> dict[str, str]:
+    """What an LLM-API repository's deployable asks of the process that runs TensorRT-LLM (its manifest's env, e.g.
+    TRTLLM_LOAD_KV_SCALES=1 for calibrated FP8 KV scales); nothing for other repositories."""
+    try:
+        manifest = json.loads((repo / "tensorrt_llm" / "1" / "manifest.json").read_text(encoding="utf-8"))
+        return {str(k): str(v) for k, v in (manifest.get("env") or {}).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> TritonServer:

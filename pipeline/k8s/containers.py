@@ -65,6 +65,7 @@ def _env(ctx: Ctx) -> list[dict[str, Any]]:
     ]
     if ctx.lws:
         env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    env += [{"name": name, "value": value} for name, value in ctx.served.env]  # the deployable's, e.g. TRTLLM_LOAD_KV_SCALES
     if ctx.cpu:  # the reference runtime sizes its torch threads from this, not from the node's cores
         env.append({"name": "PIPELINE_CPU_LIMIT", "valueFrom": {"resourceFieldRef": {
             "containerName": ctx.container, "resource": "limits.cpu", "divisor": "1"}}})

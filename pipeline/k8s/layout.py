@@ -97,6 +97,7 @@ class Served:
     bundle_hash: str = ""  # the bundle's inputs_hash: the pvc/s3 scripts wait for the bundle that names it
     python_stubs: int = 0  # Python-backend instances of the bundle (python_stub_count): they size /dev/shm
     max_batch_size: int = 0  # the LLM-API options' (llmapi: the in-flight target of the autoscaler)
+    env: tuple[tuple[str, str], ...] = ()  # what a PyTorch-backend deployable asks of its process (TRTLLM_LOAD_KV_SCALES)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
+from pipeline.deployable import read_deployable
 from pipeline.errors import InvalidInputError, UnsupportedError
 from pipeline.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for
@@ -108,16 +109,17 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     layout = plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node)
     one_pod_per_replica(layout, spec, serving)  # before any bundle
     size = engine_bytes(engine_dir)
-    batch = 0
+    batch, env = 0, ()
     if serving == "ensemble":
         bundle_dir = bundle_for(spec, engine_dir, profile)
     else:
         batch = max_batch_size(engine_dir, profile)
+        env = tuple(sorted(read_deployable(engine_dir).env.items()))
         bundle_dir = (openai_bundle_for if serving == "openai" else llmapi_bundle_for)(
             spec, engine_dir, profile)
     bundle_hash = str((read_manifest(bundle_dir) or {}).get("inputs_hash") or "")
     served = Served(serving=serving, size_bytes=size, bundle_hash=bundle_hash, python_stubs=python_stub_count(bundle_dir),
-                    max_batch_size=batch)
+                    max_batch_size=batch, env=env)
     files = render_manifests(profile, spec, served, layout)
     problems = validate_files(files)
     if problems:  # a bug in the renderer, never the user's input: say exactly what

@@ -135,6 +135,19 @@ def test_openai_command_is_trtllm_serve_on_the_bundle(build_root: Path) -> None:
                                       "model/hf_quant_config.json", "llm_api_options.yaml"}
 
 
+@pytest.mark.parametrize("api", ["openai", "triton"])
+def test_the_deployables_environment_reaches_the_serving_container(build_root: Path, tmp_path: Path, api: str) -> None:
+    """A deployable with an fp8 KV cache asks for TRTLLM_LOAD_KV_SCALES=1 (TensorRT-LLM 1.1 loads calibrated KV scales
+    only then): the pod's container gets it, whichever API serves it."""
+    profile, folder = make_deployable(build_root)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "env": {"TRTLLM_LOAD_KV_SCALES": "1"}}))
+    bundle = make_llmapi_repo(tmp_path, profile, folder) if api == "triton" else None
+    spec = K8sSpec(engine_dir=folder, api=api, bundle=bundle)
+    env = container(render_k8s(spec).out_dir)["env"]
+    assert {"name": "TRTLLM_LOAD_KV_SCALES", "value": "1"} in env
+
+
 def test_openai_ports_probes_and_scraping(build_root: Path) -> None:
     _, folder = make_deployable(build_root)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.serve import needs_pipeline, server_environment
+from pipeline.serve import deployable_env, needs_pipeline, server_environment
 from pipeline.tool_env import nvidia_environment, pipeline_environment
 from pipeline.triton_binary import TritonBinary
 
@@ -83,3 +83,13 @@ def test_nvidias_tritonserver_serves_engines_without_the_venv_and_the_reference_
     wheel = TritonBinary(path=Path("/x/tritonserver"), source="nvidia-pytriton", env={"LD_LIBRARY_PATH": "/x/libs"})
     wheel_env = server_environment(_repo(tmp_path / "c", "tensorrtllm"), wheel)
     assert wheel_env["PATH"].split(os.pathsep)[0] == own_bin and wheel_env["LD_LIBRARY_PATH"] == "/x/libs"
+
+
+def test_an_llmapi_repositorys_deployable_environment_reaches_tritonserver(tmp_path: Path) -> None:
+    """TRTLLM_LOAD_KV_SCALES=1 from the deployable's manifest (copied into tensorrt_llm/1/) goes to NVIDIA's server."""
+    repo = _repo(tmp_path, "llmapi")
+    (repo / "tensorrt_llm" / "1" / "manifest.json").write_text(json.dumps({"env": {"TRTLLM_LOAD_KV_SCALES": "1"}}))
+    assert deployable_env(repo) == {"TRTLLM_LOAD_KV_SCALES": "1"}
+    image = TritonBinary(path=Path("/opt/tritonserver/bin/tritonserver"), source="PATH")
+    assert server_environment(repo, image)["TRTLLM_LOAD_KV_SCALES"] == "1"
+    assert deployable_env(_repo(tmp_path / "engine", "tensorrtllm")) == {}
