@@ -10,11 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.errors import PipelineError
-from pipeline.host import GpuFound, detect_gpus
-from pipeline.paths import build_root
-from pipeline.triton_binary import find_tritonserver
-from pipeline.versions import TRITON_IMAGE, TRTLLM_VERSION
+from pipeline.core.errors import PipelineError
+from pipeline.core.host import GpuFound, detect_gpus
+from pipeline.core.paths import build_root
+from pipeline.serve.triton_binary import find_tritonserver
+from pipeline.core.versions import TRITON_IMAGE, TRTLLM_VERSION
 
 
 class Tool(BaseModel):
@@ -84,7 +84,7 @@ def _tools() -> list[Tool]:
 
 
 def _free_disk(path: Path) -> float:
-    from pipeline.resources import free_disk_bytes
+    from pipeline.core.resources import free_disk_bytes
 
     return round(free_disk_bytes(path) / (1 << 30), 1)
 
@@ -114,7 +114,7 @@ def reference_shape(size: ReferenceSize) -> Any:
 
 def size_verdicts(here: Any, gpus: list[GpuFound]) -> list[SizeVerdict]:
     """For each reference size: convert fp16 and fp8 (`--device auto`, the default calibration) and serve."""
-    from pipeline.calibration import DEFAULT_CALIB_SIZE
+    from pipeline.quantization.calibration import DEFAULT_CALIB_SIZE
     from pipeline.placement import Job, cpu_rates, duration_text, place
 
     rates = cpu_rates("float16", 2048, 8192) if not here.gpus else None
@@ -145,8 +145,8 @@ def _serve_verdict(shape: Any, here: Any, gpus: list[GpuFound]) -> str:
     """GPUs: the smallest precision (fp16, fp8, int4_awq) and tp (powers of 2 up to the GPU count) the
     planner fits at ISL 1024 / OSL 128; the CPU: the reference runtime's fp32 weights in free RAM."""
     from pipeline import planner
-    from pipeline.gpus import get_gpu
-    from pipeline.quant import kv_cache_format, quant_format
+    from pipeline.core.gpus import get_gpu
+    from pipeline.core.quant import kv_cache_format, quant_format
 
     keyed = [g for g in gpus if g.table_key]
     if keyed:
@@ -188,7 +188,7 @@ def doctor() -> DoctorReport:
     else:
         summary = "Nothing can serve here: install the pipeline (make install) or use the image"
     root = build_root()
-    from pipeline.resources import machine
+    from pipeline.core.resources import machine
 
     here = machine()
     return DoctorReport(

@@ -16,15 +16,15 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
-from pipeline.deployable import DEFAULT_BACKEND, HF_FORMAT, PYTORCH_BACKEND, TRTLLM_FORMAT, Backend
-from pipeline.errors import GateFailedError, InvalidInputError
+from pipeline.core.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
+from pipeline.core.deployable import DEFAULT_BACKEND, HF_FORMAT, PYTORCH_BACKEND, TRTLLM_FORMAT, Backend
+from pipeline.core.errors import GateFailedError, InvalidInputError
 from pipeline.planner import Goal
 from pipeline.evaluate import evaluate
-from pipeline.evaluate_gate import check_gate
-from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec
-from pipeline.reporting import SILENT, Reporter
-from pipeline.simulated import Variant
+from pipeline.evaluate.gate import check_gate
+from pipeline.evaluate.spec import DEFAULT_MAX_DELTA, EvaluateResult, EvaluateSpec
+from pipeline.core.reporting import SILENT, Reporter
+from pipeline.quantization.simulated import Variant
 
 
 class DemoSpec(BaseModel):
@@ -107,10 +107,10 @@ def run_engine_job(
 ) -> EngineJobResult:
     """download -> convert -> (evaluate) -> build -> render for one GPU; the CPU gets the reference runtime.
     on_step hears of each step as it ends; reporter gets the stages' progress and events."""
-    from pipeline.engine import BuildSpec, build_engine
+    from pipeline.build import BuildSpec, build_engine
     from pipeline.convert import ConvertSpec, convert
-    from pipeline.gpus import check_precision, check_pytorch_precision, get_gpu
-    from pipeline.quant import kv_cache_format, quant_format
+    from pipeline.core.gpus import check_precision, check_pytorch_precision, get_gpu
+    from pipeline.core.quant import kv_cache_format, quant_format
     from pipeline.render import RenderSpec, render
 
     gpu = get_gpu(spec.gpu)  # refuse an unknown GPU or an impossible precision before any work
@@ -170,7 +170,7 @@ def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
     file (a hub id) and nothing is converted; the trtllm-build command names the checkpoint `convert` would write."""
     import tempfile
 
-    from pipeline.engine import BuildSpec, plan_build
+    from pipeline.build import BuildSpec, plan_build
 
     t = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pipeline-plan-") as scratch:
@@ -196,8 +196,8 @@ def plan_input(source: str, scratch: Path) -> tuple[Path, str, str]:
     from its metadata (transformers' AutoConfig with gguf_file), written to scratch. No weights are read."""
     import json
 
-    from pipeline.download_sources import parse_source
-    from pipeline.paths import model_slug
+    from pipeline.download.sources import parse_source
+    from pipeline.core.paths import model_slug
 
     folder = Path(source[len("local:"):] if source.startswith("local:") else source).expanduser()
     made_by = (read_manifest(folder) or {}) if folder.is_dir() else {}
@@ -236,9 +236,9 @@ class FetchedModel(BaseModel):
 def fetch_model(source: str, root: Path | None, reporter: Reporter = SILENT) -> FetchedModel:
     """`download` of SOURCE; a folder `pipeline download` already wrote (`local:build/<model>/hf`) is used in
     place under the model name its manifest records, not copied to a model named after the folder ("hf")."""
-    from pipeline.artifacts import is_up_to_date
+    from pipeline.core.artifacts import is_up_to_date
     from pipeline.download import DownloadSpec, download
-    from pipeline.paths import model_slug
+    from pipeline.core.paths import model_slug
 
     folder = Path(source[len("local:"):] if source.startswith("local:") else source).expanduser()
     made_by = (read_manifest(folder) or {}) if folder.is_dir() else {}
@@ -337,7 +337,7 @@ def run_evaluation(
 ) -> EvaluateResult:
     """`evaluate`, then, given a checkpoint folder, its figures recorded in that folder's manifest,
     pass or fail (a folder without a manifest is refused before the long run). The gate is the
-    caller's: `pipeline.evaluate_gate.check_gate` after the result is shown."""
+    caller's: `pipeline.evaluate.gate.check_gate` after the result is shown."""
     if record_in is not None:
         checkpoint_manifest(record_in)
     result = evaluate(spec, reporter)

@@ -40,7 +40,7 @@ def main() -> int:
         return _worker(args)
 
     from pipeline.download import DownloadSpec, download
-    from pipeline.paths import stage_dir
+    from pipeline.core.paths import stage_dir
 
     hf_dir, model = _hf_dir(args.model, DownloadSpec, download)
     formats = [f for f in args.formats.split(",") if f]
@@ -105,7 +105,7 @@ def _worker(args: argparse.Namespace) -> int:
         import modelopt.torch.export  # noqa: F401
 
         from pipeline.convert import ConvertSpec, convert
-        from pipeline.output import OUT
+        from pipeline.core.output import OUT
 
         OUT.quiet = True
         quant, _, kv = what.partition("+")
@@ -125,7 +125,7 @@ def _summarise(runs: list[dict], model: str, hf_dir: Path, args: argparse.Namesp
     import os
     import platform
 
-    from pipeline.artifacts import tool_versions
+    from pipeline.core.artifacts import tool_versions
 
     def median(what: str, key: str) -> float:
         return round(statistics.median(r[key] for r in runs if r["what"] == what), 3)

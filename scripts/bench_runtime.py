@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from pipeline.bench.runtime import RuntimeBenchSpec, compare_batch_limits, run_runtime_bench  # noqa: E402
 
 BUILD_CONFIG = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}
-LATENCY_BATCH = 4  # the demo's engine (pipeline build --gpu cpu --goal latency: pipeline.engine.memory.CPU_DEFAULTS)
+LATENCY_BATCH = 4  # the demo's engine (pipeline build --gpu cpu --goal latency: pipeline.build.memory.CPU_DEFAULTS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON summary (default: BUILD/reports/bench-runtime.json)")
     args = parser.parse_args(argv)
 
-    from pipeline.cpus import reference_threads
+    from pipeline.core.cpus import reference_threads
     from pipeline.download import DownloadSpec, download
-    from pipeline.reference_folder import write_reference_engine_dir
+    from pipeline.build.reference_folder import write_reference_engine_dir
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server
 

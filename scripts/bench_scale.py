@@ -1,5 +1,5 @@
 """How convert's cost grows with the model: the demo (SmolLM2-135M) and a Llama-shaped model of about
-1B parameters with random weights and the demo's tokenizer (pipeline.scale: Llama 3.2 1B's layers,
+1B parameters with random weights and the demo's tokenizer (pipeline.hf.scale: Llama 3.2 1B's layers,
 the demo's 49152-token vocabulary, 1.07B parameters), measured in one run on this machine:
 
 - convert (`--device auto`: the GPUs where there are any) for each format, wall time and peak RSS,
@@ -74,9 +74,9 @@ def main() -> int:
 def _scale_model(root: Path, demo: Path) -> Path:
     """<root>/scale-llama-1b/hf: written once (random weights, the demo's tokenizer) through
     `pipeline download local:` so it has a manifest like any downloaded model."""
-    from pipeline.artifacts import read_manifest
+    from pipeline.core.artifacts import read_manifest
     from pipeline.download import DownloadSpec, download
-    from pipeline.scale import llama_1b_shape, write_random_llama
+    from pipeline.hf.scale import llama_1b_shape, write_random_llama
 
     target = root / "scale-llama-1b" / "hf"
     if (read_manifest(target) or {}).get("stage") == "download":
@@ -113,7 +113,7 @@ def _worker(args: argparse.Namespace) -> int:
     import transformers  # noqa: F401
 
     from pipeline.convert import ConvertSpec, convert, peak_rss_mb
-    from pipeline.output import OUT
+    from pipeline.core.output import OUT
 
     OUT.quiet = True
     hf_dir = Path(args.hf_dir)
@@ -130,7 +130,7 @@ def _worker(args: argparse.Namespace) -> int:
         if not result.skipped:
             raise SystemExit("the re-run was not a no-op")
     else:
-        from pipeline.engine import BuildSpec, build_engine
+        from pipeline.build import BuildSpec, build_engine
         from pipeline.render import RenderSpec, render
 
         engine = build_engine(BuildSpec(gpu="cpu", checkpoint=hf_dir, force=True))
@@ -144,7 +144,7 @@ def _worker(args: argparse.Namespace) -> int:
 def _report(runs: list[dict], folders: dict[str, Path], args: argparse.Namespace, total_s: float) -> dict:
     import platform
 
-    from pipeline.artifacts import tool_versions
+    from pipeline.core.artifacts import tool_versions
     from pipeline.planner import model_spec_from_config
 
     models = {}

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.artifacts import write_json_atomic
-from pipeline.errors import PipelineError
+from pipeline.core.artifacts import write_json_atomic
+from pipeline.core.errors import PipelineError
 from pipeline.evaluate import evaluate
-from pipeline.evaluate_report import markdown_report
-from pipeline.evaluate_spec import EvaluateSpec
-from pipeline.simulated import Variant
-from pipeline.output import to_jsonable
+from pipeline.evaluate.report import markdown_report
+from pipeline.evaluate.spec import EvaluateSpec
+from pipeline.quantization.simulated import Variant
+from pipeline.core.output import to_jsonable
 
 VARIANTS = (
     Variant(quant="fp16"),
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_report(result))
         print(f"reports: {result.report_dir}\n")
         if not args.no_speed:
-            from pipeline.simulated import measure_speed
+            from pipeline.quantization.simulated import measure_speed
 
             speeds = measure_speed(result.hf_dir, list(SPEED_FORMATS), new_tokens=args.new_tokens,
                                    calib_size=args.calib_size)

@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import planner as P  # noqa: E402
-from pipeline.artifacts import write_json_atomic  # noqa: E402
-from pipeline.output import OUT, simple_table  # noqa: E402
-from pipeline.paths import build_root  # noqa: E402
+from pipeline.core.artifacts import write_json_atomic  # noqa: E402
+from pipeline.core.output import OUT, simple_table  # noqa: E402
+from pipeline.core.paths import build_root  # noqa: E402
 
 DEFAULT_TSV = REPO.parent / "shared" / "reference" / "trtllm_published_throughput.tsv"
 DEFAULT_MODEL = REPO / "tests" / "fixtures" / "llama-3.1-8b"

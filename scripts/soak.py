@@ -154,7 +154,7 @@ def _demo_server(build: Path):
     import sysconfig
 
     from pipeline.download import DownloadSpec, download
-    from pipeline.reference_folder import write_reference_engine_dir
+    from pipeline.build.reference_folder import write_reference_engine_dir
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server
 

@@ -80,7 +80,7 @@ DEMO_BUILD_CONFIG = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 5
 @pytest.fixture(scope="session")
 def demo_engine(demo_hf_dir: Path, session_build_root: Path) -> Path:
     """A reference-runtime engine folder for the demo model (small limits keep the KV cache small)."""
-    from pipeline.reference_folder import write_reference_engine_dir
+    from pipeline.build.reference_folder import write_reference_engine_dir
 
     engine = session_build_root / "smollm2-demo" / "engines" / "ref-test"
     return write_reference_engine_dir(demo_hf_dir, engine, DEMO_BUILD_CONFIG)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import read_manifest, sha256_file
+from pipeline.core.artifacts import read_manifest, sha256_file
 from pipeline.cli import run
 
 

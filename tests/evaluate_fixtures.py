@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.evaluate_gate import apply_gate
-from pipeline.evaluate_scoring import relative_delta
-from pipeline.evaluate_spec import EvaluateResult, FormatResult
+from pipeline.evaluate.gate import apply_gate
+from pipeline.evaluate.scoring import relative_delta
+from pipeline.evaluate.spec import EvaluateResult, FormatResult
 
 
 def format_row(name: str, ppl: float, agreement: float = 0.9, **extra) -> FormatResult:

@@ -58,7 +58,7 @@ def load_and_scrape(url: str, model: str, requests: list[list], metrics_url: str
     into `series` every 0.25 s until every stream has ended, and classify each scrape."""
     import tritonclient.grpc as grpcclient
 
-    from pipeline.client import is_final
+    from pipeline.clients.triton import is_final
 
     streams, clients = [Stream() for _ in requests], []
     lock = threading.Lock()

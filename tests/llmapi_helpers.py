@@ -1,6 +1,6 @@
 """Hand-made PyTorch-backend deployables for the render tests: the layout and manifest keys `pipeline build
 --backend pytorch` writes (engines/<id>/{model/, llm_api_options.yaml, manifest.json}) and
-pipeline.deployable.read_deployable reads, without a real checkpoint (render loads nothing)."""
+pipeline.core.deployable.read_deployable reads, without a real checkpoint (render loads nothing)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE
+from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE
 
 OPTIONS_YAML = """max_batch_size: 4
 max_num_tokens: 2048
@@ -51,7 +51,7 @@ def make_deployable(root: Path, *, hf_dir: Path | None = None, gpu: str = "cpu",
 def build_cpu_deployable(hf_dir: Path) -> Path:
     """`pipeline build --backend pytorch --gpu cpu --checkpoint hf_dir`, through the library: the deployable the
     user gets (build/<model>/engines/<profile-id>/ beside hf_dir's model folder)."""
-    from pipeline.engine import BuildSpec
-    from pipeline.engine.pytorch import build_pytorch
+    from pipeline.build import BuildSpec
+    from pipeline.build.pytorch import build_pytorch
 
     return Path(build_pytorch(BuildSpec(backend="pytorch", gpu="cpu", checkpoint=hf_dir)).deploy_dir)

@@ -1,5 +1,5 @@
 """`pipeline bench`: latency and throughput of a served model, streamed: tritonclient's asyncio gRPC (Triton's
-ensemble/BLS or LLM-API model) or an OpenAI-compatible server's SSE (the contract is detected, pipeline.contract).
+ensemble/BLS or LLM-API model) or an OpenAI-compatible server's SSE (the contract is detected, pipeline.clients.contract).
 
 One room per concern:
   spec.py       BenchSpec (the frozen options), distributions, SLO parsing

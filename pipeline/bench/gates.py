@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pipeline.bench.spec import Slo
-from pipeline.errors import GateFailedError
+from pipeline.core.errors import GateFailedError
 
 
 @dataclass(frozen=True)

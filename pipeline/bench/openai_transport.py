@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from pipeline.bench.transport import Chunk, Usage
 from pipeline.bench.workload import BenchRequest
-from pipeline.openai_client import Endpoint, Sampling, request_body, stream_events
+from pipeline.clients.openai import Endpoint, Sampling, request_body, stream_events
 
 
 class OpenAITransport:
@@ -62,7 +62,7 @@ class OpenAITransport:
 
 def supports_min_tokens(base_url: str, model: str, endpoint: Endpoint, timeout_s: float = 120.0) -> tuple[bool, str]:
     """Whether the server takes `min_tokens` (one 1-token request): (answer, the server's message when not)."""
-    from pipeline.openai_client import generate
+    from pipeline.clients.openai import generate
 
     body = request_body(model, "Hi", endpoint=endpoint, max_tokens=1, stream=False, sampling=Sampling(temperature=None, min_tokens=1))
     done = generate(base_url, body, endpoint=endpoint, timeout_s=timeout_s)

@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.artifacts import write_json_atomic, write_text_atomic
-from pipeline.output import to_jsonable
+from pipeline.core.artifacts import write_json_atomic, write_text_atomic
+from pipeline.core.output import to_jsonable
 
 CSV_FIELDS = ("level", "index", "ok", "error", "isl", "osl", "osl_target", "responses", "ttft_ms", "tpot_ms",
               "latency_ms", "output_tok_s", "server_ttft_ms", "server_queue_ms", "client_minus_server_first_token_ms",

@@ -30,7 +30,7 @@ class RuntimeBenchSpec:
     url: str
     model_dir: Path  # the HF checkpoint the runtime serves (engine/model)
     tokenizer_dir: Path
-    threads: int  # torch threads: the same the runtime uses (pipeline.cpus.reference_threads)
+    threads: int  # torch threads: the same the runtime uses (pipeline.core.cpus.reference_threads)
     isl: int = 64
     osl: int = 32
     batch: int = 8

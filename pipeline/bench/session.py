@@ -19,9 +19,9 @@ from pipeline.bench.stats import linear_fit
 from pipeline.bench.transport import LlmApiTransport, ModelInfo, Transport, TritonTransport, model_info
 from pipeline.bench.workload import (BenchRequest, count_tokens, cycle, dataset_requests, load_tokenizer,
                                      synthetic_requests)
-from pipeline.errors import InvalidInputError
-from pipeline.openai_client import parse_url
-from pipeline.paths import build_root, model_slug
+from pipeline.core.errors import InvalidInputError
+from pipeline.clients.openai import parse_url
+from pipeline.core.paths import build_root, model_slug
 from pipeline.planner import Scenario, predict
 
 SCRAPE_EVERY_S = 1.0
@@ -66,9 +66,9 @@ def default_metrics_url(url: str) -> str | None:
 
 
 def served_model_info(spec: BenchSpec) -> ModelInfo:
-    """The served model, whichever contract it speaks (pipeline.contract.detect): ensemble-contract models go
+    """The served model, whichever contract it speaks (pipeline.clients.contract.detect): ensemble-contract models go
     through model_info as before; the LLM-API model and OpenAI servers are described from what detect read."""
-    from pipeline.contract import detect
+    from pipeline.clients.contract import detect
 
     served = detect(spec.url, spec.model, endpoint=spec.endpoint)
     if served.kind == "triton-ensemble":
@@ -312,7 +312,7 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
 
 def write_run(result: BenchResult, reports: Path) -> Path:
     """reports/bench-<time>/ written atomically (JSON, CSV, Markdown, PNGs, manifest)."""
-    from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, sha256_json, write_json_atomic
+    from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, sha256_json, write_json_atomic
     from pipeline.bench.plots import plot_all
     from pipeline.bench.report import write_reports
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 
 
 class Dist(BaseModel):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, NamedTuple, Protocol
 
 from pipeline.bench.workload import BenchRequest
-from pipeline.errors import InvalidInputError, StageFailedError, UnsupportedError
+from pipeline.core.errors import InvalidInputError, StageFailedError, UnsupportedError
 
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 
@@ -55,7 +55,7 @@ class ModelInfo:
     inputs: frozenset[str]
     batched: bool
     tokenizer_dir: Path | None = None
-    contract: str = "triton-ensemble"  # pipeline.contract.Kind
+    contract: str = "triton-ensemble"  # pipeline.clients.contract.Kind
     decoupled: bool = True
 
 
@@ -108,9 +108,9 @@ def served_tokenizer_dir(client: Any, config: Any) -> Path | None:
 
 
 def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics: bool) -> list:
-    """The ensemble/BLS inputs of one streamed request, through pipeline.client.build_inputs;
+    """The ensemble/BLS inputs of one streamed request, through pipeline.clients.triton.build_inputs;
     optional inputs the model does not declare are left out."""
-    from pipeline.client import GenerateRequest, build_inputs
+    from pipeline.clients.triton import GenerateRequest, build_inputs
 
     return build_inputs(GenerateRequest(
         prompt=request.prompt, max_tokens=request.max_tokens, stream=True,
@@ -165,12 +165,12 @@ class TritonTransport:
 
 
 class LlmApiTransport(TritonTransport):
-    """The Triton LLM-API model (pipeline.client.build_llmapi_inputs): streamed when the model is decoupled
+    """The Triton LLM-API model (pipeline.clients.triton.build_llmapi_inputs): streamed when the model is decoupled
     (else one whole response per request, so TTFT equals the latency); text_output is cumulative, so every
     chunk replaces the text so far. No min_tokens input: output lengths are not forced."""
 
     def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
-        from pipeline.client import GenerateRequest, build_llmapi_inputs
+        from pipeline.clients.triton import GenerateRequest, build_llmapi_inputs
 
         inputs = build_llmapi_inputs(GenerateRequest(prompt=request.prompt, max_tokens=request.max_tokens,
                                                      stream=self.info.decoupled, return_perf_metrics=self.perf_metrics),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pipeline.bench.spec import Dist
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 
 _WORDLIKE = re.compile(r"^[\u0120\u2581 ]?[a-z]{3,10}$")  # 'Ġword' (byte BPE) or '▁word' (sentencepiece)
 _DATASET_PROMPT_KEYS = ("text_input", "prompt", "text", "input")

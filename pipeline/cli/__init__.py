@@ -15,10 +15,10 @@ from typing import Sequence
 
 import typer
 
-from pipeline.artifacts import set_verify
-from pipeline.errors import PipelineError
-from pipeline.output import OUT
-from pipeline.processes import Terminated, terminate_as_interrupt
+from pipeline.core.artifacts import set_verify
+from pipeline.core.errors import PipelineError
+from pipeline.core.output import OUT
+from pipeline.core.processes import Terminated, terminate_as_interrupt
 
 app = typer.Typer(
     name="pipeline",

@@ -7,9 +7,9 @@ from typing import Annotated, Callable, Optional, get_args
 
 import typer
 
-from pipeline.deployable import Backend
-from pipeline.errors import InvalidInputError
-from pipeline.output import OUT
+from pipeline.core.deployable import Backend
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.output import OUT
 from pipeline.planner.scenario import GOALS, Goal
 
 
@@ -58,7 +58,7 @@ def resolve_gpu(gpu: str) -> str:
     any other value as given."""
     if gpu != "auto":
         return gpu
-    from pipeline.host import detect_gpu_key
+    from pipeline.core.host import detect_gpu_key
 
     key = detect_gpu_key()
     OUT.info(f"--gpu auto: {key}")

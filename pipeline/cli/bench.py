@@ -9,8 +9,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from pipeline.cli._options import EndpointOpt, JsonOpt, OutDirOpt, ServedModelOpt, UrlOpt, one_of, set_json
-from pipeline.errors import InvalidInputError
-from pipeline.output import OUT, simple_table
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.output import OUT, simple_table
 
 ConcurrencyOpt = Annotated[str, typer.Option("--concurrency", help="Concurrency levels to sweep, e.g. 1,2,4,8,16.")]
 RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Request-rate mode: requests/s, one or more (e.g. 2 or 1,2,4); replaces the sweep.")]

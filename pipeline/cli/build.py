@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, resolve_gpu, set_json
-from pipeline.output import OUT
-from pipeline.reporting import OutputReporter
+from pipeline.core.output import OUT
+from pipeline.core.reporting import OutputReporter
 
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
     "--checkpoint", help="TensorRT-LLM checkpoint folder (GPU) or HF folder (cpu, or a GPU --dry-run); with --backend "
@@ -58,7 +58,7 @@ def build(
 ) -> None:
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
-    from pipeline.engine import BuildSpec, build_engine, plan_build
+    from pipeline.build import BuildSpec, build_engine, plan_build
 
     set_json(json_output)
     spec = BuildSpec(
@@ -88,7 +88,7 @@ def _memory_line(m) -> str:
 
 
 def torch_plan_text(plan) -> str:
-    from pipeline.engine.pytorch import options_yaml
+    from pipeline.build.pytorch import options_yaml
 
     lines = [
         f"profile     {plan.profile_name}  (id {plan.profile_id}, backend pytorch, runtime {plan.runtime})",

@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.calibration import DEFAULT_CALIB_SIZE
+from pipeline.quantization.calibration import DEFAULT_CALIB_SIZE
 from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
-from pipeline.output import OUT
-from pipeline.reporting import OutputReporter
+from pipeline.core.output import OUT
+from pipeline.core.reporting import OutputReporter
 
 ModelOpt = Annotated[
     str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli._options import JsonOpt, set_json
-from pipeline.output import OUT, simple_table
+from pipeline.core.output import OUT, simple_table
 
 
 def register(app: typer.Typer) -> None:

@@ -8,8 +8,8 @@ import typer
 
 from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json
 from pipeline.download import DownloadSpec, download as run_download
-from pipeline.output import OUT
-from pipeline.reporting import OutputReporter
+from pipeline.core.output import OUT
+from pipeline.core.reporting import OutputReporter
 
 SourceArg = Annotated[
     str,

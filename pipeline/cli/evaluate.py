@@ -8,13 +8,13 @@ from typing import Annotated, List, Optional
 import typer
 
 from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, OutDirOpt, set_json, spec_from_options
-from pipeline.calibration import DEFAULT_CALIB_SIZE
-from pipeline.evaluate_gate import check_gate
-from pipeline.evaluate_report import TABLE_COLUMNS, table_rows
-from pipeline.evaluate_spec import DEFAULT_MAX_DELTA, EvaluateSpec
+from pipeline.quantization.calibration import DEFAULT_CALIB_SIZE
+from pipeline.evaluate.gate import check_gate
+from pipeline.evaluate.report import TABLE_COLUMNS, table_rows
+from pipeline.evaluate.spec import DEFAULT_MAX_DELTA, EvaluateSpec
 from pipeline.jobs import run_evaluation
-from pipeline.output import OUT, simple_table
-from pipeline.reporting import OutputReporter
+from pipeline.core.output import OUT, simple_table
+from pipeline.core.reporting import OutputReporter
 
 ModelOpt = Annotated[
     str,

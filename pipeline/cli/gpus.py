@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli._options import JsonOpt, set_json
-from pipeline.gpus import gpu_table
-from pipeline.output import OUT, simple_table
+from pipeline.core.gpus import gpu_table
+from pipeline.core.output import OUT, simple_table
 
 
 def register(app: typer.Typer) -> None:

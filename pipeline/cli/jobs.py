@@ -8,8 +8,8 @@ import typer
 
 from pipeline.cli._options import BackendOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
 from pipeline.jobs import DemoSpec, JobStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
-from pipeline.output import OUT, simple_table
-from pipeline.reporting import OutputReporter
+from pipeline.core.output import OUT, simple_table
+from pipeline.core.reporting import OutputReporter
 
 SourceArg = Annotated[str, typer.Argument(help="Download source: demo, hf:org/name[@rev], local:PATH, gguf:PATH.")]
 EvalOpt = Annotated[bool, typer.Option("--eval", help="Run the accuracy gate and record it in the checkpoint manifest.")]

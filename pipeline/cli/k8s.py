@@ -9,7 +9,7 @@ import typer
 
 from pipeline.cli._options import APIS, ForceOpt, JsonOpt, OutDirOpt, one_of, set_json, spec_from_options
 from pipeline.k8s import K8sSpec, render_k8s
-from pipeline.output import OUT, simple_table
+from pipeline.core.output import OUT, simple_table
 
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Build profile id (or readable name) under build/*/engines/.")]
 EngineOpt = Annotated[Optional[Path], typer.Option("--engine", help="Engine folder with a manifest.json (instead of --profile).")]

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, QuantOpt, TpOpt, set_json
-from pipeline.errors import UnsupportedError
-from pipeline.output import OUT, simple_table
+from pipeline.core.errors import UnsupportedError
+from pipeline.core.output import OUT, simple_table
 from pipeline.planner import PlanResult, PlanSpec, plan
 
 ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import BACKENDS, GoalOpt, JsonOpt, one_of, resolve_gpu, set_json
-from pipeline.output import OUT, simple_table
+from pipeline.core.output import OUT, simple_table
 
 ModelSourceOpt = Annotated[str, typer.Option(
     "--model", help="Model name under build/ (its hf/ folder), or a folder / config.json path.")]
@@ -27,8 +27,8 @@ def profiles(model: ModelSourceOpt, gpu: GpuOrAutoOpt = None, goal: GoalOpt = "t
              backend: BackendFilterOpt = None, json_output: JsonOpt = False) -> None:
     """Runnable, runnable-but-low-memory (with the fix) and incompatible (with the reason) profiles per GPU x precision
     x backend, with why a profile cannot be built and served on this machine and what the input still needs."""
-    from pipeline.paths import stage_dir
-    from pipeline.engine.catalog import list_profiles
+    from pipeline.core.paths import stage_dir
+    from pipeline.build.catalog import list_profiles
 
     set_json(json_output)
     source = Path(model)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import ForceOpt, JsonOpt, OutDirOpt, set_json, spec_from_options
-from pipeline.output import OUT, simple_table
+from pipeline.core.output import OUT, simple_table
 from pipeline.render import RenderSpec, render as render_repo
 
 EngineOpt = Annotated[Path, typer.Option("--engine", help=(

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from pipeline.cli._options import APIS, JsonOpt, one_of, set_json
-from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.output import OUT, simple_table
-from pipeline.processes import ServerProcess, Terminated
-from pipeline.commands import TRITON_EXIT_TIMEOUT_S
+from pipeline.core.errors import InvalidInputError, StageFailedError
+from pipeline.core.output import OUT, simple_table
+from pipeline.core.processes import ServerProcess, Terminated
+from pipeline.serve.commands import TRITON_EXIT_TIMEOUT_S
 from pipeline.serve import ServerSpec, start_server
 
 ApiOpt = Annotated[str, typer.Option("--api", parser=one_of("--api", APIS), help=(
@@ -51,7 +51,7 @@ def serve(
 ) -> None:
     """Serve REPO until Ctrl-C or SIGTERM: tritonserver (a model that fails to load is named with its log line), or
     with --api openai an OpenAI-compatible server for a PyTorch-backend deployable."""
-    from pipeline.openai_server import check_api
+    from pipeline.serve.openai import check_api
 
     set_json(json_output)
     check_api(api, repo)
@@ -94,8 +94,8 @@ def _serve_until_stopped(name: str, start: Callable[[], ServerProcess], describe
 
 
 def _serve_openai(path: Path, http_port: int, log_file: Path | None, timeout: float, warmup: bool, exit_timeout: int) -> None:
-    from pipeline.deployable import read_deployable
-    from pipeline.openai_server import OpenAISpec, choose_engine, start_openai_server
+    from pipeline.core.deployable import read_deployable
+    from pipeline.serve.openai import OpenAISpec, choose_engine, start_openai_server
 
     deployable = read_deployable(path)
     engine = choose_engine(deployable)

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from pipeline.cli._options import EndpointOpt, JsonOpt, ServedModelOpt, UrlOpt, set_json, spec_from_options
-from pipeline.output import OUT, simple_table
+from pipeline.core.output import OUT, simple_table
 from pipeline.smoke import SmokeSpec, require_pass, run_smoke
 
 ReportOpt = Annotated[Optional[Path], typer.Option("--report", help="Also write the JSON report to this file.")]

@@ -7,13 +7,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pipeline.commands import TritonLaunch, mpirun_command, trtllm_serve_command, tritonserver_command
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE
+from pipeline.serve.commands import TritonLaunch, mpirun_command, trtllm_serve_command, tritonserver_command
+from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE
 from pipeline.k8s.layout import Ctx
 from pipeline.k8s.spec import DRAIN_SECONDS, GRPC_PORT, HTTP_PORT, LIVE_PATH, METRICS_PORT, MODEL_MOUNT, READY_PATH, RUN_AS
-from pipeline.profiles import BuildProfile
-from pipeline.trtllm_serve import HEALTH_PATH
-from pipeline.versions import TRITON_IMAGE
+from pipeline.build.profiles import BuildProfile
+from pipeline.serve.trtllm_serve import HEALTH_PATH
+from pipeline.core.versions import TRITON_IMAGE
 
 
 def _tritonserver_args(ctx: Ctx) -> list[str]:
@@ -24,7 +24,7 @@ def _tritonserver_args(ctx: Ctx) -> list[str]:
 def server_command(ctx: Ctx) -> list[str]:
     """The container command: trtllm-serve, tritonserver, or one rank per GPU under mpirun.
 
-    Reuses pipeline.commands' builders (the same flags as tensorrtllm_backend's
+    Reuses pipeline.serve.commands' builders (the same flags as tensorrtllm_backend's
     launch_triton_server.py) with the ports and repository of the pod."""
     if ctx.openai:
         return trtllm_serve_pod_command(ctx.profile)

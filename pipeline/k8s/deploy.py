@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec, Serving
 from pipeline.k8s.workloads import CPU_IMAGE_NOTE
-from pipeline.profiles import BuildProfile
-from pipeline.versions import TRITON_IMAGE
+from pipeline.build.profiles import BuildProfile
+from pipeline.core.versions import TRITON_IMAGE
 
 
 def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble") -> tuple[str, ...]:
@@ -51,7 +51,7 @@ def dockerfile(profile: BuildProfile, spec: K8sSpec, bundle_hash: str) -> str:
 FROM {base}
 LABEL org.opencontainers.image.title="{profile.model} {profile.name}" \\
       trtllm-pipeline.profile-id="{profile.id}" \\
-      trtllm-pipeline.bundle="{bundle_hash}"
+      trtllm-pipeline.render.bundle="{bundle_hash}"
 COPY . {MODEL_MOUNT}/
 """
 

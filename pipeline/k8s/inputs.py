@@ -9,13 +9,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.artifacts import MANIFEST_NAME, read_manifest
-from pipeline.bundle import recorded_root
-from pipeline.errors import InvalidInputError
+from pipeline.core.artifacts import MANIFEST_NAME, read_manifest
+from pipeline.render.bundle import recorded_root
+from pipeline.core.errors import InvalidInputError
 from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec
-from pipeline.model_repo import parse_model_config
-from pipeline.paths import build_root, safe_name, stage_dir
-from pipeline.profiles import BuildProfile
+from pipeline.render.model_repo import parse_model_config
+from pipeline.core.paths import build_root, safe_name, stage_dir
+from pipeline.build.profiles import BuildProfile
 from pipeline.render import RenderSpec, render
 
 

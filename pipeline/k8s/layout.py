@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pipeline.deployable import PYTORCH_BACKEND
-from pipeline.errors import UnsupportedError
-from pipeline.gpus import GpuSpec
+from pipeline.core.deployable import PYTORCH_BACKEND
+from pipeline.core.errors import UnsupportedError
+from pipeline.core.gpus import GpuSpec
 from pipeline.k8s.spec import HTTP_PORT, PORTS, PROFILE_LABEL, ROLE_LABEL, Api, K8sSpec, Serving
-from pipeline.profiles import BuildProfile
-from pipeline.versions import TRITON_RELEASE
+from pipeline.build.profiles import BuildProfile
+from pipeline.core.versions import TRITON_RELEASE
 
 
 # /dev/shm per Python-backend stub: Triton's python backend maps a region of shm-default-byte-size per

@@ -28,7 +28,7 @@ import yaml
 
 from pipeline.k8s.layout import Ctx, milli
 from pipeline.k8s.spec import LWS_API, MONITORING_API
-from pipeline.trtllm_serve import PROMETHEUS_PATH
+from pipeline.serve.trtllm_serve import PROMETHEUS_PATH
 
 
 HPA_MODEL = "tensorrt_llm"  # the model whose Triton queue feeds the in-flight batcher

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.artifacts import (
+from pipeline.core.artifacts import (
     MANIFEST_NAME,
     ArtifactOrigin,
     atomic_dir,
@@ -32,17 +32,17 @@ from pipeline.artifacts import (
     read_manifest,
     sha256_json,
 )
-from pipeline.bundle import tree_identity
-from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, read_deployable
-from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.gpus import get_gpu
+from pipeline.render.bundle import tree_identity
+from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, read_deployable
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.gpus import get_gpu
 from pipeline.k8s.containers import trtllm_serve_pod_command
 from pipeline.k8s.inputs import given_bundle
 from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec, Serving
-from pipeline.paths import stage_dir
-from pipeline.profiles import BuildProfile
+from pipeline.core.paths import stage_dir
+from pipeline.build.profiles import BuildProfile
 from pipeline.render import RenderSpec, render
-from pipeline.trtllm_serve import MONITORING_OPTIONS
+from pipeline.serve.trtllm_serve import MONITORING_OPTIONS
 
 
 OPENAI_BUNDLE_STAGE = "bundle-openai"

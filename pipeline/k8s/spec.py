@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.errors import InvalidInputError
-from pipeline.versions import TRITON_IMAGE
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.versions import TRITON_IMAGE
 
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002

@@ -10,10 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
-from pipeline.deployable import read_deployable
-from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.gpus import get_gpu
+from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
+from pipeline.core.deployable import read_deployable
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for
 from pipeline.k8s.inputs import bundle_for, engine_bytes, find_engine, profile_from_engine, python_stub_count
 from pipeline.k8s.layout import Ctx, Layout, Served, default_name, one_pod_per_replica, plan_layout
@@ -33,9 +33,9 @@ from pipeline.k8s.spec import K8sSpec
 from pipeline.k8s.stores import fill_job
 from pipeline.k8s.validation import KUBERNETES_VERSION, validate_files
 from pipeline.k8s.workloads import lws_extras, pdb, service, service_account, workload
-from pipeline.paths import stage_dir
-from pipeline.profiles import BuildProfile
-from pipeline.versions import TRITON_IMAGE
+from pipeline.core.paths import stage_dir
+from pipeline.build.profiles import BuildProfile
+from pipeline.core.versions import TRITON_IMAGE
 
 
 @dataclass(frozen=True)

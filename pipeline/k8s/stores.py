@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.k8s.containers import pod_security, security
 from pipeline.k8s.layout import Ctx
 from pipeline.k8s.spec import MODEL_MOUNT
-from pipeline.versions import TRITON_IMAGE
+from pipeline.core.versions import TRITON_IMAGE
 
 
 AWS_CLI_IMAGE = "docker.io/amazon/aws-cli:2.22.35"

@@ -8,10 +8,10 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.errors import UnsupportedError
+from pipeline.core.errors import UnsupportedError
 from pipeline.planner.scenario import Scenario, as_kv, as_quant
 from pipeline.planner.shapes import ModelSpec
-from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 GIB = 1024**3
 RUNTIME_RESERVE_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces, decoder buffers

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 from pipeline.planner.recommend import recommend_build
 from pipeline.planner.rates import Efficiency
 from pipeline.planner.scenario import Scenario

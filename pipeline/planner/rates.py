@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.errors import UnsupportedError
-from pipeline.gpus import GpuSpec, gpu_table
-from pipeline.quant import QuantFormat
+from pipeline.core.errors import UnsupportedError
+from pipeline.core.gpus import GpuSpec, gpu_table
+from pipeline.core.quant import QuantFormat
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pipeline.errors import InvalidInputError
-from pipeline.gpus import GpuSpec, check_precision, get_gpu
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import GpuSpec, check_precision, get_gpu
 from pipeline.planner.rates import require_figures
 from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
-from pipeline.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
+from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Goal = Literal["latency", "throughput"]
 GOALS: tuple[str, ...] = get_args(Goal)

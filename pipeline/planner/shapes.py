@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 
 
 class ModelSpec(BaseModel):

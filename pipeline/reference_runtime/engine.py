@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline.processes import start_as_daemons
+from pipeline.core.processes import start_as_daemons
 from pipeline.reference_runtime.attention import install as install_per_request_attention
 from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, KvCachePlan, blocks_for,
                                                  kv_bytes_per_token, plan_kv_cache)
@@ -89,7 +89,7 @@ class ReferenceEngine:
             model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="sdpa", dtype=torch.float32,
                                                          trust_remote_code=False)
         else:  # the precision the engine was built for, as ModelOpt fake quantization (fp32 compute)
-            from pipeline.simulated import load_reference_model
+            from pipeline.quantization.simulated import load_reference_model
 
             started = time.monotonic()
             model, _ = load_reference_model(model_dir, quant, kv_cache, calib_size=SIMULATION_CALIB_SIZE)
@@ -138,7 +138,7 @@ class ReferenceEngine:
 
     @staticmethod
     def _plan_kv_cache(model, limits: EngineLimits) -> KvCachePlan:
-        from pipeline.resources import free_ram_bytes
+        from pipeline.core.resources import free_ram_bytes
 
         dtype_bytes = model.dtype.itemsize if hasattr(model.dtype, "itemsize") else 4
         try:
@@ -374,9 +374,9 @@ class ReferenceEngine:
 
 
 def intra_op_threads() -> int:
-    """Torch threads for the model (pipeline.cpus.reference_threads: from the CPU affinity, the cgroup quota
+    """Torch threads for the model (pipeline.core.cpus.reference_threads: from the CPU affinity, the cgroup quota
     and $PIPELINE_CPU_LIMIT)."""
-    from pipeline.cpus import reference_threads
+    from pipeline.core.cpus import reference_threads
 
     return reference_threads()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.checkpoint_keys import MISSING, load_rules, lookup, rules_for
+from pipeline.convert.checkpoint_keys import MISSING, load_rules, lookup, rules_for
 from pipeline.convert import SUPPORTED_ARCHITECTURES, ConvertSpec, convert
 from tiny_models import TINY
 
@@ -106,8 +106,8 @@ def test_modelopt_alone_leaves_out_qwen_type_and_the_check_names_it(tiny_hf, tmp
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
     from transformers import AutoModelForCausalLM
 
-    from pipeline.checkpoint_keys import check_checkpoint_config
-    from pipeline.errors import InvalidInputError
+    from pipeline.convert.checkpoint_keys import check_checkpoint_config
+    from pipeline.core.errors import InvalidInputError
 
     hf_dir = tiny_hf("Qwen2ForCausalLM")
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float16)

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from pipeline.engine import BuildSpec, build_engine
+from pipeline.build import BuildSpec, build_engine
 from pipeline.convert import ConvertSpec, convert
 from pipeline.render import RenderSpec, render
 from pipeline.serve import ServerSpec, start_server

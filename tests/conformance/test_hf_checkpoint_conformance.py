@@ -6,7 +6,7 @@ against transformers 4.57.1, the version TensorRT-LLM 1.1.0 reads the config and
 Every weight format is exported from a tiny Llama 3.x-shaped model (RoPE base 500000 with llama3
 scaling, which transformers 4.57.1 loses when only transformers 5's rope_parameters is written), and
 fp8 from a tiny model of every other architecture --format hf takes.
-This file reads the facts table itself: it does not reuse the checks pipeline.hf_export makes.
+This file reads the facts table itself: it does not reuse the checks pipeline.convert.hf_export makes.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def test_quant_config_and_tensors_are_what_the_pytorch_backend_reads(architectur
 
 
 def result_awq_block(result: ConvertResult) -> int:
-    from pipeline.artifacts import read_manifest
+    from pipeline.core.artifacts import read_manifest
 
     return int(read_manifest(result.path)["awq_block_size"])
 

@@ -13,7 +13,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmapi_helpers import make_deployable  # noqa: E402
 
-from pipeline.model_repo import parse_model_config  # noqa: E402
+from pipeline.render.model_repo import parse_model_config  # noqa: E402
 from pipeline.render import RenderSpec, render  # noqa: E402
 
 CONTRACT = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "llmapi" / "contract.json"

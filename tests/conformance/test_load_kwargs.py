@@ -1,4 +1,4 @@
-"""What convert passes to `from_pretrained` for the GPU path (pipeline.quantize.from_pretrained_kwargs:
+"""What convert passes to `from_pretrained` for the GPU path (pipeline.quantization.modelopt.from_pretrained_kwargs:
 dtype, device_map="auto", accelerate's max_memory as byte counts) is read the same by transformers
 4.57.1 + accelerate 1.7 (TensorRT-LLM 1.1's pins, in the second environment of
 scripts/trtllm11_venv.sh) as by the pipeline's transformers 5. No GPU here: the max_memory names only
@@ -20,7 +20,7 @@ def test_gpu_load_kwargs_read_the_same_under_4_57(tiny_ckpt: Path, probe) -> Non
     from transformers import AutoModelForCausalLM
 
     from pipeline.placement import Footprint, Placement
-    from pipeline.quantize import from_pretrained_kwargs
+    from pipeline.quantization.modelopt import from_pretrained_kwargs
 
     footprint = Footprint(params=1, load_dtype="float16", weights=2, per_sample=1, per_forward=0, export_transient=0,
                           export_rank_host=0, checkpoint=0, seq_len=8)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.engine import BuildSpec
-from pipeline.engine.pytorch import build_pytorch
+from pipeline.build import BuildSpec
+from pipeline.build.pytorch import build_pytorch
 from pipeline.convert import ConvertSpec, convert
-from pipeline.deployable import read_deployable
+from pipeline.core.deployable import read_deployable
 
 pytestmark = pytest.mark.slow
 

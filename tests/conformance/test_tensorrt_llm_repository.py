@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.engine.flags import trtllm_flags
-from pipeline.engine.memory import EngineTarget, Limits
-from pipeline.errors import InvalidInputError
-from pipeline.gpus import get_gpu
-from pipeline.model_repo import parse_model_config
+from pipeline.build.flags import trtllm_flags
+from pipeline.build.memory import EngineTarget, Limits
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import get_gpu
+from pipeline.render.model_repo import parse_model_config
 from pipeline.planner import model_spec_from_config
-from pipeline.quant import kv_cache_format, quant_format
+from pipeline.core.quant import kv_cache_format, quant_format
 from pipeline.render import MODELS, RenderSpec, render
-from pipeline.render_checks import check_repository
+from pipeline.render.checks import check_repository
 
 LLAMA_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 
@@ -165,7 +165,7 @@ def test_dev_shm_is_sized_for_the_python_stubs_the_repository_starts(tmp_path: P
     """Each Python-backend instance maps its own /dev/shm region (python_backend src/python_be.cc): the
     manifests budget one per stub the bundle starts, so the bounded BLS keeps /dev/shm small."""
     from pipeline.k8s import PYTHON_STUB_SHM_BYTES, K8sSpec, python_stub_count, render_manifests
-    from pipeline.profiles import BuildProfile
+    from pipeline.build.profiles import BuildProfile
 
     result = render(RenderSpec(engine=engine_from_flags(tmp_path, "h100", "fp8", "fp8", max_batch_size=1536),
                                out=tmp_path / "repo"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.checkpoint_keys import check_checkpoint_config
+from pipeline.convert.checkpoint_keys import check_checkpoint_config
 from tiny_models import LLAMA3_SCALING
 
 pytestmark = pytest.mark.slow

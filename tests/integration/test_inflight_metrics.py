@@ -67,7 +67,7 @@ def llmapi_repo_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_llmapi_rule_counts_the_running_streams(llmapi_repo_server) -> None:
-    from pipeline.client import GenerateRequest, build_llmapi_inputs
+    from pipeline.clients.triton import GenerateRequest, build_llmapi_inputs
 
     prompt = "Count from 1 to 100, separated by commas: 1, 2, 3,"
     requests = [build_llmapi_inputs(GenerateRequest(prompt, max_tokens=120, stream=True)) for _ in range(STREAMS)]
@@ -78,7 +78,7 @@ def test_llmapi_rule_counts_the_running_streams(llmapi_repo_server) -> None:
 
 
 def test_reference_ensemble_rule_counts_the_running_streams(demo_server) -> None:
-    from pipeline.client import GenerateRequest, build_inputs
+    from pipeline.clients.triton import GenerateRequest, build_inputs
 
     request = GenerateRequest("Tell me a long story about a lighthouse keeper.", max_tokens=80, min_tokens=80,
                               stream=True)

@@ -108,7 +108,7 @@ def test_installed_wheel_renders_and_serves_from_another_directory(wheel: Path, 
     installed_s = time.monotonic() - started
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = _run([python, "-c", "import pipeline, pipeline.render as r, pipeline.render_checks as c; print(pipeline.__file__); "
+    where = _run([python, "-c", "import pipeline, pipeline.render as r, pipeline.render.checks as c; print(pipeline.__file__); "
                   "print(r.templates_dir()); print(c.reference_tables_dir())"], cwd=elsewhere).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where), where  # the wheel's copy, not the checkout's
 

@@ -33,7 +33,7 @@ def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_contract_is_read_from_the_served_config(llmapi_server) -> None:
-    from pipeline.contract import detect
+    from pipeline.clients.contract import detect
 
     server, _ = llmapi_server
     served = detect(server.grpc_url)  # no --model: the repository has no ensemble, its LLM-API model is found

@@ -33,7 +33,7 @@ def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
+    from pipeline.clients.llmapi import generate
 
     whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=False)
     streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=True)
@@ -46,7 +46,7 @@ def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
 
 
 def test_prompt_is_echoed_unless_excluded(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
+    from pipeline.clients.llmapi import generate
 
     echoed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4,
                       extra={"sampling_param_exclude_input_from_output": np.array([False])})
@@ -54,7 +54,7 @@ def test_prompt_is_echoed_unless_excluded(llmapi_server) -> None:
 
 
 def test_stop_string_ends_the_answer_before_it(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
+    from pipeline.clients.llmapi import generate
 
     answer = generate(llmapi_server.grpc_url, PROMPT, max_tokens=16, stream=True,
                       extra={"sampling_param_stop": np.array([b"."], dtype=np.object_)})
@@ -63,7 +63,7 @@ def test_stop_string_ends_the_answer_before_it(llmapi_server) -> None:
 
 
 def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
+    from pipeline.clients.llmapi import generate
 
     answer = generate(llmapi_server.grpc_url, PROMPT, extra={"sampling_param_max_tokens": np.array([0], dtype=np.int32)})
     assert answer.error is not None and "sampling_param_max_tokens" in answer.error

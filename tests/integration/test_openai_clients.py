@@ -33,7 +33,7 @@ TRANSFORMERS_GAPS = ("stop_word", "too_long_prompt")
 def openai_url(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (fastapi, uvicorn, openai)")
     pytest.importorskip("uvicorn", reason="transformers serve needs transformers[serving]")
-    from pipeline.processes import spawn
+    from pipeline.core.processes import spawn
     from pipeline.serve import free_port
 
     port = free_port()
@@ -88,7 +88,7 @@ def test_smoke_over_openai_chat(openai_url, tmp_path) -> None:
 
 def test_smoke_cli_reports_skipped_checks(openai_url, capsys) -> None:
     """The CLI's --skip and --model (the served id): a failing run would exit 4; skipped checks show as SKIP."""
-    from pipeline.contract import detect
+    from pipeline.clients.contract import detect
 
     model = detect(openai_url).model
     code = run(["smoke", "--url", openai_url, "--model", model, "--skip", "greedy", "--skip", "streaming",

@@ -128,8 +128,8 @@ def test_trtllm_serve_knows_every_flag_we_pass(tmp_path: Path) -> None:
     `trtllm-serve serve --help` lists."""
     import shutil
 
-    from pipeline.deployable import read_deployable
-    from pipeline.openai_server import trtllm_command
+    from pipeline.core.deployable import read_deployable
+    from pipeline.serve.openai import trtllm_command
 
     if not shutil.which("trtllm-serve"):
         pytest.skip("trtllm-serve (TensorRT-LLM 1.1, the NGC image) is not installed here; the command line is "

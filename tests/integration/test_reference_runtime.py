@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.client import GenerateRequest, build_inputs, generate, is_final
+from pipeline.clients.triton import GenerateRequest, build_inputs, generate, is_final
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 PROMPT = "The capital of France is"

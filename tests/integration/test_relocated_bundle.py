@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.model_repo import parse_model_config
+from pipeline.render.model_repo import parse_model_config
 from pipeline.render import MODELS
 from pipeline.smoke import SmokeSpec, run_smoke
 

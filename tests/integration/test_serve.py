@@ -19,7 +19,7 @@ import pytest
 
 from serve_leftovers import ready_json, remove_all, started_by, still_there, stub_regions
 
-from pipeline.errors import StageFailedError
+from pipeline.core.errors import StageFailedError
 from pipeline.serve import ServerSpec, start_server
 
 pytestmark = pytest.mark.server  # the zero-work echo repository: no model

@@ -3,7 +3,7 @@
 An fp8 (+ fp8 KV cache) engine and the fp16 demo engine answer the same prompts, token ids in, greedy,
 with return_log_probs. What is fp8-specific:
 - the fp8 server's tokens and log-probs are those of transformers' own `generate` on the simulated fp8
-  model that `pipeline.simulated` builds (the numerics `pipeline evaluate` scores for fp8), to 1e-3;
+  model that `pipeline.quantization.simulated` builds (the numerics `pipeline evaluate` scores for fp8), to 1e-3;
 - on the tokens both servers chose alike, its log-probs differ from the fp16 server's by what that
   simulation predicts for those tokens (fp16 vs fp8 `generate`), and by far more than the fp16 server
   differs from the unquantized model: an engine served in fp16 by mistake fails both.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.client import llm_generate
+from pipeline.clients.triton import llm_generate
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -51,13 +51,13 @@ def test_fp8_engine_serves_fp8_log_probs(demo_hf_dir: Path, demo_engine: Path, d
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.cpus import reference_threads
+    from pipeline.core.cpus import reference_threads
 
-    from pipeline.reference_folder import write_reference_engine_dir
+    from pipeline.build.reference_folder import write_reference_engine_dir
     from pipeline.reference_runtime.engine import SIMULATION_CALIB_SIZE
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server
-    from pipeline.simulated import load_reference_model
+    from pipeline.quantization.simulated import load_reference_model
 
     tokenizer = AutoTokenizer.from_pretrained(demo_engine / "tokenizer", trust_remote_code=False)
     prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]

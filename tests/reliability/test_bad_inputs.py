@@ -116,7 +116,7 @@ ROWS: list[Row] = [
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory, tiny_ckpt: Path) -> dict[str, str]:
     """The files the rows point at: broken checkpoints, a reference engine folder, a tiny repo."""
-    from pipeline.reference_folder import write_reference_engine_dir
+    from pipeline.build.reference_folder import write_reference_engine_dir
 
     tmp = tmp_path_factory.mktemp("bad-inputs")
     empty_dir = tmp / "empty"
@@ -226,11 +226,11 @@ def test_internal_error_is_one_line_without_debug(monkeypatch, capsys) -> None:
 
 
 def test_engine_for_another_trtllm_version_or_gpu_is_refused(tmp_path: Path) -> None:
-    """pipeline.profiles.check_engine_compatible: a TensorRT engine from another TensorRT-LLM release,
+    """pipeline.build.profiles.check_engine_compatible: a TensorRT engine from another TensorRT-LLM release,
     for another GPU architecture, or on a machine without a GPU is refused with what would work."""
-    from pipeline.errors import UnsupportedError
-    from pipeline.profiles import BuildProfile, check_engine_compatible
-    from pipeline.versions import TRTLLM_VERSION
+    from pipeline.core.errors import UnsupportedError
+    from pipeline.build.profiles import BuildProfile, check_engine_compatible
+    from pipeline.core.versions import TRTLLM_VERSION
 
     def engine(name: str, **profile) -> Path:
         folder = tmp_path / name
@@ -254,7 +254,7 @@ def test_engine_for_another_trtllm_version_or_gpu_is_refused(tmp_path: Path) -> 
 
 def _trt_engine(folder: Path, version: str) -> Path:
     """A TensorRT engine folder's config.json + manifest (no engine file: the checks read only these)."""
-    from pipeline.profiles import BuildProfile
+    from pipeline.build.profiles import BuildProfile
 
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"version": version, "build_config": {"max_batch_size": 8}}))
@@ -266,7 +266,7 @@ def _trt_engine(folder: Path, version: str) -> Path:
 
 def test_render_refuses_engine_of_another_trtllm_version(tmp_path: Path, monkeypatch, capsys) -> None:
     """render checks the TensorRT-LLM version only (it needs no GPU: CI renders for GPU clusters)."""
-    from pipeline.versions import TRTLLM_VERSION
+    from pipeline.core.versions import TRTLLM_VERSION
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
     engine = _trt_engine(tmp_path / "build" / "m" / "engines" / "old", "0.12.0")
@@ -283,9 +283,9 @@ def test_render_refuses_engine_of_another_trtllm_version(tmp_path: Path, monkeyp
                                                (None, "needs an NVIDIA GPU and there is none here")])
 def test_serve_refuses_engine_it_cannot_run(version: str | None, fragment: str, tmp_path: Path, monkeypatch, capsys) -> None:
     """serve reads the engine from tensorrt_llm's gpt_model_path and checks the version and this machine's GPU
-    (pipeline.host.detect_gpu_key) before starting anything."""
-    from pipeline.host import detect_gpu_key
-    from pipeline.versions import TRTLLM_VERSION
+    (pipeline.core.host.detect_gpu_key) before starting anything."""
+    from pipeline.core.host import detect_gpu_key
+    from pipeline.core.versions import TRTLLM_VERSION
 
     if version is None and detect_gpu_key() != "cpu":
         pytest.skip("this machine has a GPU: the no-GPU refusal cannot happen here")
@@ -383,7 +383,7 @@ def _server_request(url: str, row: ServerRow, timeout_s: float = 60.0) -> tuple[
 
     import tritonclient.grpc as grpcclient
 
-    from pipeline.client import GenerateRequest, build_inputs, is_final
+    from pipeline.clients.triton import GenerateRequest, build_inputs, is_final
 
     options = {"prompt": "Tell me a short story.", "max_tokens": 8, **row.options}
     inputs = build_inputs(GenerateRequest(**options))
@@ -437,7 +437,7 @@ def test_server_bad_input(row: ServerRow, demo_server) -> None:
 @pytest.mark.slow
 def test_server_still_serves_after_bad_inputs(demo_server) -> None:
     """Refusals leave nothing behind: a normal request right after them succeeds."""
-    from pipeline.client import generate
+    from pipeline.clients.triton import generate
 
     answer = generate(demo_server.grpc_url, "ensemble", "The capital of France is", max_tokens=4, timeout_s=60)
     assert answer.ok and answer.text, answer.error

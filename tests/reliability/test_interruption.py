@@ -20,7 +20,7 @@ import pytest
 
 from reliability_helpers import child_env, kill_when, pipeline_argv
 from serve_leftovers import ready_json, remove_all, started_by, still_there, stub_regions
-from pipeline.artifacts import folder_hash, is_up_to_date, read_manifest
+from pipeline.core.artifacts import folder_hash, is_up_to_date, read_manifest
 from pipeline.cli import run
 
 pytestmark = pytest.mark.slow
@@ -130,7 +130,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory, bigger_ckpt: Path) -> dict[s
     old = os.environ.get("PIPELINE_BUILD_DIR")
     os.environ["PIPELINE_BUILD_DIR"] = str(build)
     try:
-        from pipeline.engine import BuildSpec, build_engine
+        from pipeline.build import BuildSpec, build_engine
         from pipeline.convert import ConvertSpec, convert
         from pipeline.download import DownloadSpec, download
         from pipeline.render import RenderSpec, render
@@ -212,7 +212,7 @@ def test_serve_ended_under_streams_leaves_no_process_and_no_shared_memory(demo_r
     watchdog waiting on the dead parent: pipeline/reaper.py), and so did its region."""
     import threading
 
-    from pipeline.client import GenerateRequest, generate
+    from pipeline.clients.triton import GenerateRequest, generate
 
     log = tmp_path / "tritonserver.log"
     proc = subprocess.Popen(pipeline_argv("--quiet", "serve", str(demo_repo), "--json", "--http-port", "0", "--grpc-port",

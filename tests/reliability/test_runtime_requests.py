@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.client import LlmStream, llm_generate, llm_inputs, stop_inputs
+from pipeline.clients.triton import LlmStream, llm_generate, llm_inputs, stop_inputs
 
 pytestmark = pytest.mark.server
 
@@ -142,7 +142,7 @@ def test_stop_for_an_unknown_id_says_so_and_disturbs_nothing(demo_server) -> Non
 
 _STREAMER = """
 import sys
-from pipeline.client import LlmStream, llm_inputs
+from pipeline.clients.triton import LlmStream, llm_inputs
 url, n = sys.argv[1], int(sys.argv[2])
 stream = LlmStream(url)
 stream.send(llm_inputs(list(range(6000, 6016)), n, min_tokens=n), "goes-away")
@@ -196,7 +196,7 @@ def tight_server(demo_engine: Path, session_build_root: Path):
 
 
 def _infer(url: str, inputs: list, request_id: str, results: dict, key) -> None:
-    """A whole-response request (the stream API, as pipeline.client.generate uses for both policies)."""
+    """A whole-response request (the stream API, as pipeline.clients.triton.generate uses for both policies)."""
     stream = LlmStream(url)
     try:
         stream.send(inputs, request_id)

@@ -149,8 +149,8 @@ def test_model_names_cannot_escape_build(argv: list[str], fragment: str, tmp_pat
 
 
 def test_path_helpers_refuse_traversal(tmp_path: Path) -> None:
-    from pipeline.errors import InvalidInputError
-    from pipeline.paths import model_dir, model_slug, stage_dir
+    from pipeline.core.errors import InvalidInputError
+    from pipeline.core.paths import model_dir, model_slug, stage_dir
 
     for bad in ("..", "../x", "x/../../y", "/etc", "a/b", "", ".hidden", "x\0y"):
         with pytest.raises(InvalidInputError):
@@ -182,7 +182,7 @@ def test_k8s_pods_run_as_non_root(world: int, tmp_path: Path) -> None:
     """Every pod template (Deployment, or LeaderWorkerSet leader and workers) says runAsNonRoot and
     no container asks for privileges."""
     from pipeline.k8s import K8sSpec, render_manifests
-    from pipeline.profiles import BuildProfile
+    from pipeline.build.profiles import BuildProfile
 
     profile = BuildProfile(model="m", model_revision="r", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
                            tp=world)
@@ -219,8 +219,8 @@ def test_k8s_pods_run_as_non_root(world: int, tmp_path: Path) -> None:
 def test_overlong_prompt_refused_before_generation(demo_server, demo_repo: Path) -> None:
     """20,000 words against max_input_len 256: refused by preprocessing (the limit is rendered into its
     config from the engine), so no token reaches tensorrt_llm; the server then answers a normal request."""
-    from pipeline.client import generate
-    from pipeline.model_repo import parse_model_config
+    from pipeline.clients.triton import generate
+    from pipeline.render.model_repo import parse_model_config
 
     config = parse_model_config(demo_repo / "preprocessing" / "config.pbtxt")
     assert config.parameters["max_input_len"].string_value == "256"

@@ -61,14 +61,14 @@ def _stream(url: str, model: str, inputs: list):
 
 
 def _text_inputs(prompt: str, max_tokens: int, **options) -> list:
-    from pipeline.client import GenerateRequest, build_inputs
+    from pipeline.clients.triton import GenerateRequest, build_inputs
 
     return build_inputs(GenerateRequest(prompt=prompt, max_tokens=max_tokens, stream=True, **options))
 
 
 def _finish(events: queue.Queue, timeout_s: float) -> tuple[str | None, int, float]:
     """Wait for the final response: (error, responses, seconds waited)."""
-    from pipeline.client import is_final
+    from pipeline.clients.triton import is_final
 
     started, responses = time.monotonic(), 0
     while True:
@@ -99,7 +99,7 @@ def queue_server(demo_engine: Path, session_build_root: Path):
 def test_queue_overflow_is_refused_fast(queue_server) -> None:
     """max_queue_size 2 with 8 batch slots: a burst of 40 long requests gets some clear refusals
     quickly (rejected or timed out in the queue), never a hang, and the server serves afterwards."""
-    from pipeline.client import generate
+    from pipeline.clients.triton import generate
 
     burst = 40
     results: list[tuple[str | None, float]] = [None] * burst  # type: ignore[list-item]
@@ -182,7 +182,7 @@ def test_cancelled_streams_free_their_slots(demo_server, demo_engine, model: str
     finish long before the cancelled ones would have (their slots were freed)."""
     from transformers import AutoTokenizer
 
-    from pipeline.client import generate
+    from pipeline.clients.triton import generate
 
     slots, long_tokens = 8, 400
     tokenizer = AutoTokenizer.from_pretrained(demo_engine / "tokenizer", trust_remote_code=False)

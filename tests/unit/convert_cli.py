@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.artifacts import sha256_file
+from pipeline.core.artifacts import sha256_file
 from pipeline.cli import run
 
 

@@ -10,8 +10,8 @@ import kubernetes_validate
 import yaml
 
 from pipeline.k8s import KUBERNETES_VERSION, K8sSpec, render_k8s, validate_document
-from pipeline.profiles import BuildProfile
-from pipeline.reference_folder import write_reference_engine_dir
+from pipeline.build.profiles import BuildProfile
+from pipeline.build.reference_folder import write_reference_engine_dir
 
 BUILTIN_API = {"v1", "apps/v1", "policy/v1", "autoscaling/v2", "rbac.authorization.k8s.io/v1"}
 CRD_KINDS = {"LeaderWorkerSet", "PodMonitor", "PrometheusRule"}

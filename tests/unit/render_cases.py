@@ -7,9 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from pipeline.model_repo import parse_model_config
-from pipeline.reference_folder import write_reference_engine_dir
-from pipeline.render_spec import MODELS
+from pipeline.render.model_repo import parse_model_config
+from pipeline.build.reference_folder import write_reference_engine_dir
+from pipeline.render.spec import MODELS
 
 
 def fake_hf_dir(root: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import (
+from pipeline.core.artifacts import (
     ArtifactOrigin,
     atomic_dir,
     build_manifest,
@@ -24,8 +24,8 @@ from pipeline.artifacts import (
     verify_enabled,
     write_json_atomic,
 )
-from pipeline.errors import InvalidInputError
-from pipeline.paths import model_dir, model_slug, new_log_file, safe_name, stage_dir
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.paths import model_dir, model_slug, new_log_file, safe_name, stage_dir
 
 
 def _write_good(dest: Path, text: str) -> None:
@@ -64,7 +64,7 @@ def test_kill_9_mid_write_never_damages_the_good_artifact(tmp_path):
         f"""
         import time
         from pathlib import Path
-        from pipeline.artifacts import atomic_dir
+        from pipeline.core.artifacts import atomic_dir
         with atomic_dir(Path({str(dest)!r})) as tmp:
             (tmp / "weights.bin").write_text("partial")
             print("writing", flush=True)
@@ -185,7 +185,7 @@ def test_cli_verify_option_and_env(monkeypatch):
 _HOLD = """
 import sys, time
 from pathlib import Path
-from pipeline.artifacts import atomic_dir
+from pipeline.core.artifacts import atomic_dir
 with atomic_dir(Path(sys.argv[1])) as tmp:
     (tmp / "weights.bin").write_text("partial")
     print(tmp.name, flush=True)

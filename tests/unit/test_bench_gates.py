@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.bench.gates import FAILED_COLUMNS, check_gates, failed_rows, require_pass
 from pipeline.bench.spec import parse_slo
-from pipeline.errors import GateFailedError
+from pipeline.core.errors import GateFailedError
 
 LEVELS = [{"load": "c1", "ttft_ms": {"p99": 40.0}}, {"load": "c4", "ttft_ms": {"p99": 120.0}}]
 

@@ -10,7 +10,7 @@ from pipeline.bench.gates import check_gates
 from pipeline.bench.metrics import kv_cache_usage, merge_peaks, parse_prometheus, server_delta
 from pipeline.bench.spec import BenchSpec, Dist, parse_slo
 from pipeline.bench.stats import summarize
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 
 
 def test_summarize_matches_numpy_and_skips_missing_values() -> None:

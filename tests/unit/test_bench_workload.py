@@ -12,7 +12,7 @@ from pipeline.bench.fakes import word_tokenizer
 from pipeline.bench.spec import BenchSpec, Dist, parse_slo
 from pipeline.bench.transport import ModelInfo
 from pipeline.bench.workload import count_tokens, cycle, dataset_requests, synthetic_requests
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.bundle import check_location, path_problems
-from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.model_repo import parse_model_config
-from pipeline.reference_folder import write_reference_engine_dir
+from pipeline.render.bundle import check_location, path_problems
+from pipeline.core.errors import InvalidInputError, StageFailedError
+from pipeline.render.model_repo import parse_model_config
+from pipeline.build.reference_folder import write_reference_engine_dir
 from pipeline.render import MODELS, RenderSpec, render
 
 

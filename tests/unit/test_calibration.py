@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.calibration import load_calibration, shipped_path
-from pipeline.errors import InvalidInputError
+from pipeline.quantization.calibration import load_calibration, shipped_path
+from pipeline.core.errors import InvalidInputError
 
 
 def test_shipped_set_is_a_few_hundred_varied_samples() -> None:

@@ -1,4 +1,4 @@
-"""pipeline.checkpoint_keys on hand-made configs: the facts table's shape and provenance, what
+"""pipeline.convert.checkpoint_keys on hand-made configs: the facts table's shape and provenance, what
 completion fixes, what the check refuses (by key). Real exports are checked in tests/conformance/."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from pipeline.checkpoint_keys import FACTS, check_checkpoint_config, complete_checkpoint_config, load_rules, rules_for
+from pipeline.convert.checkpoint_keys import FACTS, check_checkpoint_config, complete_checkpoint_config, load_rules, rules_for
 from pipeline.convert import SUPPORTED_ARCHITECTURES
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}

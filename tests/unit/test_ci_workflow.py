@@ -14,8 +14,8 @@ import dockerfile_helpers
 import pytest
 import yaml
 
-from pipeline.gpus import get_gpu
-from pipeline.versions import TRITON_RELEASE, TRTLLM_VERSION
+from pipeline.core.gpus import get_gpu
+from pipeline.core.versions import TRITON_RELEASE, TRTLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "engine.yml"

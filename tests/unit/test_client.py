@@ -1,10 +1,10 @@
-"""pipeline.client.build_inputs: the tensors an NVIDIA-style ensemble/BLS client sends."""
+"""pipeline.clients.triton.build_inputs: the tensors an NVIDIA-style ensemble/BLS client sends."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.client import GenerateRequest, build_inputs
+from pipeline.clients.triton import GenerateRequest, build_inputs
 from pipeline.smoke import _pick_stop_word
 
 

@@ -1,4 +1,4 @@
-"""pipeline.commands: tritonserver's command line, mpirun's (the launch_triton_server.py contract), and
+"""pipeline.serve.commands: tritonserver's command line, mpirun's (the launch_triton_server.py contract), and
 trtllm-serve's against the upstream option table (`serve` in TensorRT-LLM 1.1.0's CLI reference, v1.1.0 @48b7b5d8)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.commands import mpirun_command, tritonserver_command, trtllm_serve_command, trtllm_serve_option
+from pipeline.serve.commands import mpirun_command, tritonserver_command, trtllm_serve_command, trtllm_serve_option
 from pipeline.serve import ServerSpec, new_shm_region_prefix
-from pipeline.triton_binary import TritonBinary
-from pipeline.trtllm_serve import flags
+from pipeline.serve.triton_binary import TritonBinary
+from pipeline.serve.trtllm_serve import flags
 
 
 def test_single_process_command_has_repo_backends_and_ports(tmp_path: Path) -> None:

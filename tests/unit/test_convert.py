@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.convert import ConvertSpec, checkpoint_id, plan_convert
-from pipeline.quantize import choose_awq_block
-from pipeline.errors import UnsupportedError
+from pipeline.quantization.modelopt import choose_awq_block
+from pipeline.core.errors import UnsupportedError
 
 LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -264,7 +264,7 @@ def test_hf_format_refuses_architectures_the_pytorch_backend_has_no_class_for(ca
 
 
 def test_convert_reports_to_the_reporter_passed_in_and_prints_nothing(build_root, smol_like, tmp_path, capsys) -> None:
-    from pipeline.reporting import RecordingReporter
+    from pipeline.core.reporting import RecordingReporter
 
     calib = tmp_path / "calib.txt"
     calib.write_text("\n".join(f"sample {i}" for i in range(8)))

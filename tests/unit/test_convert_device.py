@@ -13,7 +13,7 @@ import pytest
 
 from download_fixtures import FakeHub
 from pipeline.cli import run
-from pipeline.resources import GIB, GpuMemory, Machine
+from pipeline.core.resources import GIB, GpuMemory, Machine
 
 TWO_GPUS = Machine(free_ram_bytes=int(64 * GIB), total_ram_bytes=int(64 * GIB), cpus=2, gpus=tuple(
     GpuMemory(index=i, name="NVIDIA H100 80GB HBM3", free_bytes=int(79 * GIB), total_bytes=int(80 * GIB)) for i in (0, 1)))
@@ -38,7 +38,7 @@ def test_from_pretrained_kwargs_on_the_cpu_are_what_they_were() -> None:
 
     from pipeline.placement import Job, place
     from pipeline.planner import model_spec_from_config
-    from pipeline.quantize import from_pretrained_kwargs
+    from pipeline.quantization.modelopt import from_pretrained_kwargs
 
     before = {"dtype": torch.float16, "trust_remote_code": False, "low_cpu_mem_usage": True}
     assert from_pretrained_kwargs("float16") == before
@@ -55,7 +55,7 @@ def test_from_pretrained_kwargs_on_the_cpu_are_what_they_were() -> None:
 def test_calibration_batches_go_to_the_models_input_device(tiny_ckpt: Path) -> None:
     from transformers import AutoTokenizer
 
-    from pipeline.quantize import calibration_batches
+    from pipeline.quantization.modelopt import calibration_batches
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_ckpt, padding_side="left")
     tokenizer.pad_token = tokenizer.eos_token
@@ -68,7 +68,7 @@ def test_calibration_batches_go_to_the_models_input_device(tiny_ckpt: Path) -> N
 def test_a_batch_out_of_gpu_memory_is_split_in_halves() -> None:
     import torch
 
-    from pipeline.quantize import forward_splitting_on_oom
+    from pipeline.quantization.modelopt import forward_splitting_on_oom
 
     seen: list[int] = []
 
@@ -100,9 +100,10 @@ def test_gpu_convert_passes_what_nvidia_passes(tiny_ckpt: Path, build_root: Path
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline import quantize, resources
+    from pipeline.quantization import modelopt as quantize
+    from pipeline.core import resources
     from pipeline.convert import ConvertSpec, convert, plan_convert
-    from pipeline.quant import kv_cache_format, quant_format
+    from pipeline.core.quant import kv_cache_format, quant_format
 
     calls: list[tuple[str, Any]] = []
     real_load = AutoModelForCausalLM.from_pretrained.__func__
@@ -152,7 +153,7 @@ def test_gpu_convert_passes_what_nvidia_passes(tiny_ckpt: Path, build_root: Path
 def test_cuda_without_a_gpu_is_refused_before_loading(tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
     from transformers import AutoModelForCausalLM
 
-    from pipeline import resources
+    from pipeline.core import resources
 
     monkeypatch.setattr(resources, "machine", lambda: NO_GPU)
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", never_load)
@@ -166,7 +167,7 @@ def test_cuda_without_a_gpu_is_refused_before_loading(tiny_ckpt: Path, build_roo
 def test_too_little_memory_is_refused_with_the_figures(tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
     from transformers import AutoModelForCausalLM
 
-    from pipeline import resources
+    from pipeline.core import resources
 
     monkeypatch.setattr(resources, "machine", lambda: NO_GPU.model_copy(update={"free_ram_bytes": 100 << 20}))
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", never_load)
@@ -179,7 +180,7 @@ def test_too_little_memory_is_refused_with_the_figures(tiny_ckpt: Path, build_ro
 def test_too_little_disk_for_the_checkpoint_is_refused(tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
     from transformers import AutoModelForCausalLM
 
-    from pipeline import resources
+    from pipeline.core import resources
 
     monkeypatch.setattr(resources, "free_disk_bytes", lambda path: 100 << 20)
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", never_load)
@@ -192,7 +193,7 @@ def test_too_little_disk_for_the_checkpoint_is_refused(tiny_ckpt: Path, build_ro
 def test_a_hub_model_too_big_is_refused_from_its_config_before_the_download(
     online: Path, build_root: Path, monkeypatch, capsys
 ) -> None:
-    from pipeline import resources
+    from pipeline.core import resources
 
     big = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b" / "config.json").read_text())
     big |= {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64}

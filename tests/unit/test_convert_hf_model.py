@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pipeline.artifacts import read_manifest
+from pipeline.core.artifacts import read_manifest
 from pipeline.convert import ConvertResult, ConvertSpec, convert
 from convert_cli import convert_twice
 

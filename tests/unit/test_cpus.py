@@ -1,4 +1,4 @@
-"""pipeline.cpus and the reference runtime's thread count: CPU affinity and cgroup quota, not the node's
+"""pipeline.core.cpus and the reference runtime's thread count: CPU affinity and cgroup quota, not the node's
 cores. The affinity is set for real on a child process; the cgroup hierarchies are the files the kernel
 shows (v2 cpu.max, v1 cfs quota/period) laid out in a folder, since a test cannot create cgroups."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cpus import CpuBudget, cgroup_cpu_quota, cpu_budget
+from pipeline.core.cpus import CpuBudget, cgroup_cpu_quota, cpu_budget
 
 
 def _v2(tmp_path: Path, limits: dict[str, str], path: str = "/kubepods/pod1/ctr") -> tuple[Path, Path]:
@@ -78,7 +78,7 @@ def test_this_process(tmp_path: Path) -> None:
     assert 1 <= budget.cpus <= (os.cpu_count() or 1)
 
 
-_THREADS = "from pipeline.cpus import reference_threads; print(reference_threads())"
+_THREADS = "from pipeline.core.cpus import reference_threads; print(reference_threads())"
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dockerfile_helpers import instructions
-from pipeline.versions import TRITON_IMAGE, TRITON_RELEASE, TRTLLM_VERSION
+from pipeline.core.versions import TRITON_IMAGE, TRITON_RELEASE, TRTLLM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.doctor import doctor, report_rows
-from pipeline.host import detect_gpu_key
+from pipeline.core.host import detect_gpu_key
 
 
 def test_doctor_here_says_cpu_only(tmp_path, monkeypatch):
@@ -38,9 +38,10 @@ def test_doctor_cli(capsys, tmp_path, monkeypatch):
 
 def test_doctor_says_which_model_sizes_convert_and_serve(monkeypatch, tmp_path):
     """A stand-in CPU machine with 20 GiB free, then one with two H100s: the sizes each can take."""
-    from pipeline import doctor as doctor_module, resources
-    from pipeline.host import GpuFound
-    from pipeline.resources import GIB, GpuMemory, Machine
+    from pipeline import doctor as doctor_module
+    from pipeline.core import resources
+    from pipeline.core.host import GpuFound
+    from pipeline.core.resources import GIB, GpuMemory, Machine
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
     cpu_only = Machine(free_ram_bytes=int(20 * GIB), total_ram_bytes=int(24 * GIB), cpus=2, cuda_note="CPU-only build")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from download_checks import assert_manifest_matches_files, json_run, mtimes, refused
-from pipeline.artifacts import read_manifest
+from pipeline.core.artifacts import read_manifest
 from pipeline.cli import run
 from pipeline.download import DownloadSpec, download
-from pipeline.reporting import RecordingReporter
+from pipeline.core.reporting import RecordingReporter
 
 
 def test_local_folder_copies_what_conversion_needs(tiny_ckpt: Path, build_root: Path, capsys) -> None:
@@ -110,7 +110,7 @@ def test_corrupted_file_is_detected_and_fetched_again(hub_cache: Path, build_roo
 
 
 def test_local_copy_refused_when_the_disk_is_too_small(tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
-    from pipeline import resources
+    from pipeline.core import resources
 
     monkeypatch.setattr(resources, "free_disk_bytes", lambda path: 1 << 20)
     err = refused(["download", f"local:{tiny_ckpt}"], capsys)
@@ -133,8 +133,8 @@ def test_demo_rerun_is_fast_noop(demo_hf_dir: Path, capsys) -> None:
 
 def test_the_stage_reports_to_the_reporter_it_is_given(tiny_ckpt: Path, build_root: Path, capsys) -> None:
     """Events and progress go to the reporter (silent by default); the CLI renders them on stderr."""
-    from pipeline.output import Output
-    from pipeline.reporting import OutputReporter
+    from pipeline.core.output import Output
+    from pipeline.core.reporting import OutputReporter
 
     download(DownloadSpec(source=f"local:{tiny_ckpt}"))
     assert capsys.readouterr() == ("", "")

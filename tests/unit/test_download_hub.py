@@ -1,4 +1,4 @@
-"""hf: sources (pipeline.download_hub) through the real snapshot_download: offline against a cache laid
+"""hf: sources (pipeline.download.hub) through the real snapshot_download: offline against a cache laid
 out in tmp_path, and online against a local stand-in Hub server for the error answers; the disk
 checked from the Hub's listing before anything is fetched."""
 
@@ -12,11 +12,11 @@ import pytest
 from download_checks import assert_manifest_matches_files, json_run, refused, repo_files
 from download_fixtures import COMMIT, COMMIT_V1, SECRET, make_hub_cache
 from download_fixtures import FakeHub as _FakeHub
-from pipeline.artifacts import read_manifest
+from pipeline.core.artifacts import read_manifest
 from pipeline.cli import run
 from pipeline.download import DownloadSpec, download
-from pipeline.hf_checkpoint import ALLOW_PATTERNS
-from pipeline.reporting import RecordingReporter
+from pipeline.hf.folder import ALLOW_PATTERNS
+from pipeline.core.reporting import RecordingReporter
 
 
 def test_hub_offline_from_cache_records_commit(hub_cache: Path, build_root: Path, capsys) -> None:
@@ -160,7 +160,7 @@ def test_gated_repo_without_token(online: Path, build_root: Path, monkeypatch, c
 
 
 def test_hub_download_refused_when_the_disk_is_too_small(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch, capsys) -> None:
-    from pipeline import resources
+    from pipeline.core import resources
 
     files = repo_files(tiny_ckpt)
     monkeypatch.setattr(resources, "free_disk_bytes", lambda path: 1 << 20)
@@ -174,7 +174,7 @@ def test_hub_download_refused_when_the_disk_is_too_small(online: Path, tiny_ckpt
 
 
 def test_hub_disk_check_counts_what_the_cache_lacks_and_the_copy(online: Path, tiny_ckpt: Path, build_root: Path, monkeypatch) -> None:
-    import pipeline.resources
+    import pipeline.core.resources
 
     files = repo_files(tiny_ckpt)
     partial = tiny_ckpt.parent / "partial-for-disk"
@@ -182,7 +182,7 @@ def test_hub_disk_check_counts_what_the_cache_lacks_and_the_copy(online: Path, t
     (partial / "model.safetensors").write_bytes(files["model.safetensors"])
     make_hub_cache(online, "tiny-org/Tiny-Llama", partial, {"main": COMMIT})
     checked: list[tuple[int, str]] = []
-    monkeypatch.setattr(pipeline.resources, "check_disk", lambda target, needed, *, what, free: checked.append((needed, what)))
+    monkeypatch.setattr(pipeline.core.resources, "check_disk", lambda target, needed, *, what, free: checked.append((needed, what)))
     with _FakeHub("tiny-org/Tiny-Llama", files) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         download(DownloadSpec(source="hf:tiny-org/Tiny-Llama"))

@@ -1,4 +1,4 @@
-"""pipeline.download_sources: SOURCE strings understood or refused (message, hint and exit code)."""
+"""pipeline.download.sources: SOURCE strings understood or refused (message, hint and exit code)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from download_checks import refused
-from pipeline.download_sources import DEMO_MODEL, parse_source
-from pipeline.errors import InvalidInputError
+from pipeline.download.sources import DEMO_MODEL, parse_source
+from pipeline.core.errors import InvalidInputError
 
 
 def test_refusals_of_the_source(tmp_path: Path, tiny_ckpt: Path, build_root: Path, capsys) -> None:

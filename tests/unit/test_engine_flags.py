@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.engine.checkpoint import read_checkpoint
-from pipeline.engine.flags import builder_restriction, trtllm_build_command, trtllm_flags
-from pipeline.engine.memory import EngineTarget, default_limits
-from pipeline.errors import UnsupportedError
-from pipeline.gpus import get_gpu, gpu_table
-from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS
+from pipeline.build.checkpoint import read_checkpoint
+from pipeline.build.flags import builder_restriction, trtllm_build_command, trtllm_flags
+from pipeline.build.memory import EngineTarget, default_limits
+from pipeline.core.errors import UnsupportedError
+from pipeline.core.gpus import get_gpu, gpu_table
+from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 GPUS = [k for k, g in gpu_table().items() if not g.is_cpu]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.engine.checkpoint import read_checkpoint
-from pipeline.engine.memory import EngineTarget, Limits, default_limits, estimate
-from pipeline.gpus import get_gpu
-from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS
+from pipeline.build.checkpoint import read_checkpoint
+from pipeline.build.memory import EngineTarget, Limits, default_limits, estimate
+from pipeline.core.gpus import get_gpu
+from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 LIMITS = Limits(max_input_len=1024, max_seq_len=2048, max_batch_size=8, max_num_tokens=8192)

@@ -1,5 +1,5 @@
 """`pipeline build --backend pytorch`: the PyTorch-backend deployable (model/ links, llm_api_options.yaml,
-manifest), the planner's options per GPU and goal, the refusals, and pipeline.deployable's reader."""
+manifest), the planner's options per GPU and goal, the refusals, and pipeline.core.deployable's reader."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.artifacts import read_manifest
-from pipeline.engine import BuildSpec, build_engine, plan_build
-from pipeline.engine.pytorch import build_pytorch, plan_pytorch
+from pipeline.core.artifacts import read_manifest
+from pipeline.build import BuildSpec, build_engine, plan_build
+from pipeline.build.pytorch import build_pytorch, plan_pytorch
 from pipeline.cli import run
-from pipeline.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
-from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.profiles import BuildProfile, check_engine_compatible
+from pipeline.core.deployable import OPTIONS_FILE, is_pytorch_deployable, read_deployable
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.build.profiles import BuildProfile, check_engine_compatible
 from reporting_helpers import ProgressLog
 from test_engine_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
 
@@ -82,7 +82,7 @@ def test_gpu_deployable_layout_links_and_manifest(build_root):
 
 
 def test_planner_options_follow_the_engine_path_per_gpu_and_goal(build_root):
-    from pipeline.engine import plan_build
+    from pipeline.build import plan_build
 
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     hf = tiny_hf(build_root / "tiny" / "hf")
@@ -145,12 +145,12 @@ def tiny_hf_tokenizer(folder: Path) -> None:
 
 
 def test_manifest_hashes_match_the_files_and_reuse_the_checkpoints(build_root, monkeypatch):
-    from pipeline.artifacts import ArtifactOrigin, build_manifest, file_inventory, write_json_atomic
+    from pipeline.core.artifacts import ArtifactOrigin, build_manifest, file_inventory, write_json_atomic
 
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     # the checkpoint's own manifest as convert writes it: hashes and mtimes of its files
     write_json_atomic(ckpt / "manifest.json", {**build_manifest(ArtifactOrigin("convert", {}, "x"), ckpt, 0.0), "format": "hf"})
-    import pipeline.artifacts as artifacts
+    import pipeline.core.artifacts as artifacts
 
     hashed: list[str] = []
     real = artifacts.sha256_file
@@ -229,7 +229,7 @@ def test_quantized_checkpoint_without_its_source_is_refused_on_the_cpu(build_roo
 
 def test_a_key_llm_args_lacks_is_refused_before_anything_is_written(build_root, monkeypatch, capsys):
     """As if TensorRT-LLM 1.1.0 had no max_num_tokens: the build exits 2 naming the key and writes nothing."""
-    import pipeline.engine.llm_args as llm_args
+    import pipeline.build.llm_args as llm_args
 
     real = llm_args.top_level_fields()
     monkeypatch.setattr(llm_args, "top_level_fields", lambda: {k: v for k, v in real.items() if k != "max_num_tokens"})
@@ -263,7 +263,7 @@ def test_model_name_finds_the_newest_hf_checkpoint_of_the_asked_precision(build_
 
 
 def test_engine_path_does_not_pick_an_hf_checkpoint_by_model_name(build_root):
-    from pipeline.engine import plan_build
+    from pipeline.build import plan_build
 
     make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
     with pytest.raises(InvalidInputError) as refused:

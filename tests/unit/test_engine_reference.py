@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.artifacts import read_manifest
-from pipeline.engine import BuildSpec, build_engine, plan_build
+from pipeline.core.artifacts import read_manifest
+from pipeline.build import BuildSpec, build_engine, plan_build
 from pipeline.cli import run
-from pipeline.profiles import BuildProfile, engine_profile
+from pipeline.build.profiles import BuildProfile, engine_profile
 
 
 def tiny_hf(folder: Path) -> Path:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.engine import BuildSpec, build_engine
-from pipeline.engine.runner import run_logged
+from pipeline.build import BuildSpec, build_engine
+from pipeline.build.runner import run_logged
 from pipeline.cli import run
-from pipeline.errors import StageFailedError
+from pipeline.core.errors import StageFailedError
 from reporting_helpers import ProgressLog
 
 STAND_IN = """#!{python}

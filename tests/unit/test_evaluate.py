@@ -28,12 +28,12 @@ def test_same_inputs_again_reuse_the_stored_figures_with_this_gate(tmp_path: Pat
 
     import pipeline.evaluate
     from evaluate_fixtures import sample_result
-    from pipeline.artifacts import sha256_json
+    from pipeline.core.artifacts import sha256_json
     from pipeline.evaluate import evaluate
-    from pipeline.evaluate_scoring import EVAL_DATA
-    from pipeline.evaluate_spec import EvaluateSpec
-    from pipeline.evaluate_cache import evaluation_inputs, report_dir_for, store_result
-    from pipeline.simulated import calibration_texts
+    from pipeline.evaluate.scoring import EVAL_DATA
+    from pipeline.evaluate.spec import EvaluateSpec
+    from pipeline.evaluate.cache import evaluation_inputs, report_dir_for, store_result
+    from pipeline.quantization.simulated import calibration_texts
 
     hf = tmp_path / "hf"
     hf.mkdir()

@@ -1,4 +1,4 @@
-"""pipeline.evaluate_cache: what decides an evaluation, and the stored report folder."""
+"""pipeline.evaluate.cache: what decides an evaluation, and the stored report folder."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 from evaluate_fixtures import sample_result
-from pipeline.artifacts import read_manifest
-from pipeline.evaluate_cache import cached_result, checkpoint_fingerprint, evaluation_inputs, report_dir_for, store_result
-from pipeline.evaluate_scoring import EVAL_DATA
-from pipeline.evaluate_spec import EvaluateSpec
+from pipeline.core.artifacts import read_manifest
+from pipeline.evaluate.cache import cached_result, checkpoint_fingerprint, evaluation_inputs, report_dir_for, store_result
+from pipeline.evaluate.scoring import EVAL_DATA
+from pipeline.evaluate.spec import EvaluateSpec
 
 
 def test_checkpoint_fingerprint_follows_the_files(tmp_path: Path):

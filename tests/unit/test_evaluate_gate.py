@@ -1,4 +1,4 @@
-"""pipeline.evaluate_gate: formats marked against the allowed perplexity rise; exit 4 with a table."""
+"""pipeline.evaluate.gate: formats marked against the allowed perplexity rise; exit 4 with a table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from evaluate_fixtures import sample_result as _result
-from pipeline.errors import GateFailedError
-from pipeline.evaluate_gate import apply_gate, check_gate, pct
+from pipeline.core.errors import GateFailedError
+from pipeline.evaluate.gate import apply_gate, check_gate, pct
 
 
 def test_gate_marks_formats_over_the_allowed_rise(tmp_path: Path):

@@ -12,9 +12,9 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.evaluate import evaluate
-from pipeline.evaluate_scoring import load_eval_texts, score_model, token_windows
-from pipeline.evaluate_spec import EvaluateSpec
-from pipeline.simulated import BASELINE_DTYPE, Variant, count_kv_quantizer_calls, simulated_model
+from pipeline.evaluate.scoring import load_eval_texts, score_model, token_windows
+from pipeline.evaluate.spec import EvaluateSpec
+from pipeline.quantization.simulated import BASELINE_DTYPE, Variant, count_kv_quantizer_calls, simulated_model
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ TEXTS = 4
 
 @pytest.fixture(scope="module")
 def baseline(demo_hf_dir: Path):
-    from pipeline.quantize import load_hf_model
+    from pipeline.quantization.modelopt import load_hf_model
 
     model, tokenizer = load_hf_model(demo_hf_dir, BASELINE_DTYPE)
     windows = token_windows(tokenizer, load_eval_texts()[:TEXTS], 512)
@@ -52,7 +52,7 @@ def test_int4_raises_perplexity_and_changes_predictions(baseline, demo_hf_dir: P
 def test_fp8_kv_cache_quantizers_run_also_under_continuous_batching(demo_hf_dir: Path):
     from transformers import GenerationConfig
 
-    from pipeline.simulated import load_reference_model
+    from pipeline.quantization.simulated import load_reference_model
 
     model, tokenizer = load_reference_model(demo_hf_dir, "fp8", "fp8", calib_texts=load_eval_texts()[-4:])
     prompts = [tokenizer("The capital of France is")["input_ids"], tokenizer("def add(a, b):")["input_ids"]]

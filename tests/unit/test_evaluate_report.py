@@ -1,4 +1,4 @@
-"""pipeline.evaluate_report: the table, Markdown, CSV and PNG of one evaluation."""
+"""pipeline.evaluate.report: the table, Markdown, CSV and PNG of one evaluation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from evaluate_fixtures import sample_result as _result
-from pipeline.evaluate_report import markdown_table, write_reports
+from pipeline.evaluate.report import markdown_table, write_reports
 
 
 def test_reports_json_csv_markdown_png(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""pipeline.evaluate_scoring without a model: the evaluation texts (shipped and the user's) and the
+"""pipeline.evaluate.scoring without a model: the evaluation texts (shipped and the user's) and the
 relative change. Scoring a real model is tests/unit/test_evaluate_model.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.evaluate_scoring import EVAL_DATA, load_eval_texts, relative_delta
+from pipeline.core.errors import InvalidInputError
+from pipeline.evaluate.scoring import EVAL_DATA, load_eval_texts, relative_delta
 
 
 def test_shipped_eval_set_is_varied_and_large_enough():
@@ -29,7 +29,7 @@ def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
 
 
 def test_eval_set_is_distinct_from_the_calibration_set():
-    from pipeline.calibration import load_calibration
+    from pipeline.quantization.calibration import load_calibration
 
     calibration = load_calibration(None, size=10**6).texts
     assert calibration, "the shipped calibration set is empty"

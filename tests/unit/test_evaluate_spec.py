@@ -1,12 +1,12 @@
-"""pipeline.evaluate_spec: the options of one evaluation, validated once."""
+"""pipeline.evaluate.spec: the options of one evaluation, validated once."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.evaluate_spec import EvaluateSpec
-from pipeline.simulated import Variant
+from pipeline.core.errors import InvalidInputError
+from pipeline.evaluate.spec import EvaluateSpec
+from pipeline.quantization.simulated import Variant
 
 
 def test_variants_from_formats_apply_one_kv_cache_and_drop_duplicates():

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from pipeline.cli import run
-from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.gpus import check_precision, get_gpu, gpu_table
-from pipeline.quant import KV_CACHE_FORMATS, QUANT_FORMATS, kv_cache_format, quant_format
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.gpus import check_precision, get_gpu, gpu_table
+from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS, kv_cache_format, quant_format
 
 NUMERIC = ["memory_gib", "hbm_bandwidth_tbps", "dense_bf16_tflops", "dense_fp8_tflops", "dense_int8_tops"]
 
@@ -91,7 +91,7 @@ def test_unknown_command_exits_2(capsys):
 
 
 def test_every_named_modelopt_config_exists():
-    from pipeline.quantize import quiet_modelopt_import
+    from pipeline.quantization.modelopt import quiet_modelopt_import
 
     mtq = quiet_modelopt_import()
     named = {f.name: f.modelopt_config for f in QUANT_FORMATS.values() if f.modelopt_config}

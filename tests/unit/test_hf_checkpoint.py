@@ -1,4 +1,4 @@
-"""pipeline.hf_checkpoint: what conversion needs from a checkpoint folder, and the checks `download`
+"""pipeline.hf.folder: what conversion needs from a checkpoint folder, and the checks `download`
 and `convert` both make on one (through `pipeline download`, and directly)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from download_checks import refused
-from pipeline.errors import InvalidInputError
-from pipeline.hf_checkpoint import ALLOW_PATTERNS, check_checkpoint_folder, selected_files
+from pipeline.core.errors import InvalidInputError
+from pipeline.hf.folder import ALLOW_PATTERNS, check_checkpoint_folder, selected_files
 
 
 def test_refusals_of_the_folder(tmp_path: Path, tiny_ckpt: Path, build_root: Path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""pipeline.hf_compat: RoPE read the same from either transformers generation's config.json, spellings
+"""pipeline.hf.compat: RoPE read the same from either transformers generation's config.json, spellings
 that disagree refused, and a folder given the keys transformers 4.57.1 reads. Both generations read
 real folders in tests/conformance/test_transformers_generations.py."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.hf_compat import compatible_tokenizer_config, make_folder_compatible, rope_settings
+from pipeline.core.errors import InvalidInputError
+from pipeline.hf.compat import compatible_tokenizer_config, make_folder_compatible, rope_settings
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}

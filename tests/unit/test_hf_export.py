@@ -1,4 +1,4 @@
-"""pipeline.hf_export without a model: what `finish` does to an exported folder (config.json for
+"""pipeline.convert.hf_export without a model: what `finish` does to an exported folder (config.json for
 transformers 4.57.1, the source's tokenizer and generation config) and how hf_quant_config.json is
 checked against the PyTorch backend's facts (pipeline/data/trtllm_pytorch_checkpoint.json)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.hf_export import check_quant_config, expected_quantization, facts, finish, quant_config_problems
-from pipeline.quant import kv_cache_format, quant_format
+from pipeline.core.errors import InvalidInputError, StageFailedError
+from pipeline.convert.hf_export import check_quant_config, expected_quantization, facts, finish, quant_config_problems
+from pipeline.core.quant import kv_cache_format, quant_format
 
 FP8 = {"producer": {"name": "modelopt", "version": "0.47.0"},
        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
@@ -109,8 +109,8 @@ def test_check_quant_config_refuses_a_file_that_should_not_or_should_be_there(tm
 
 
 def test_the_formats_convert_takes_are_the_ones_the_facts_describe() -> None:
-    from pipeline.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
-    from pipeline.quant import QUANT_FORMATS
+    from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
+    from pipeline.core.quant import QUANT_FORMATS
 
     passed_through = {name for name in HF_QUANT_FORMATS if not QUANT_FORMATS[name].is_quantized}
     assert passed_through == {"fp16", "bf16"}

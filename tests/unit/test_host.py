@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import host
-from pipeline.host import GpuFound, detect_gpu_key, known_gpu_key, match_table_key
+from pipeline.core import host
+from pipeline.core.host import GpuFound, detect_gpu_key, known_gpu_key, match_table_key
 
 
 @pytest.mark.parametrize("name,memory,key", [
@@ -31,7 +31,7 @@ def test_gpu_auto_is_cpu_without_gpus_and_the_first_gpus_table_key(monkeypatch):
 
 
 def test_gpu_auto_refuses_a_gpu_the_table_lacks(monkeypatch):
-    from pipeline.errors import UnsupportedError
+    from pipeline.core.errors import UnsupportedError
 
     found = [GpuFound(index=0, name="Tesla T4", memory_gib=15.0, table_key=None)]
     monkeypatch.setattr(host, "detect_gpus", lambda: (found, "nvml", "580.0", "13.0"))

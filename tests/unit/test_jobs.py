@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from evaluate_fixtures import sample_result as _result
-from pipeline.artifacts import ArtifactOrigin, build_manifest, read_manifest, sha256_json, write_json_atomic
+from pipeline.core.artifacts import ArtifactOrigin, build_manifest, read_manifest, sha256_json, write_json_atomic
 from pipeline.cli import run
-from pipeline.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError
 from pipeline.jobs import record_in_manifest
-from pipeline.reporting import RecordingReporter
+from pipeline.core.reporting import RecordingReporter
 
 
 def test_engine_refuses_impossible_precision_before_any_work(tmp_path, monkeypatch, capsys):
@@ -83,7 +83,7 @@ def test_a_download_folder_is_used_in_place_under_its_model_name(tiny_ckpt, buil
 def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
     import time
 
-    from pipeline.artifacts import is_up_to_date
+    from pipeline.core.artifacts import is_up_to_date
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -108,7 +108,7 @@ def test_record_in_manifest_keeps_the_checkpoint_up_to_date(tmp_path: Path):
 
 def test_evaluation_refuses_a_folder_without_a_manifest_before_measuring(tmp_path: Path, monkeypatch):
     import pipeline.jobs
-    from pipeline.evaluate_spec import EvaluateSpec
+    from pipeline.evaluate.spec import EvaluateSpec
     from pipeline.jobs import run_evaluation
 
     monkeypatch.setattr(pipeline.jobs, "evaluate", lambda *args: pytest.fail("evaluated before the refusal"))
@@ -120,7 +120,7 @@ def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch
     import time
 
     import pipeline.jobs
-    from pipeline.evaluate_spec import EvaluateSpec
+    from pipeline.evaluate.spec import EvaluateSpec
     from pipeline.jobs import run_evaluation
 
     ckpt = tmp_path / "ckpt"

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from pipeline.cli import run
-from pipeline.commands import trtllm_serve_command
-from pipeline.gpus import get_gpu
+from pipeline.serve.commands import trtllm_serve_command
+from pipeline.core.gpus import get_gpu
 from pipeline.k8s import KUBERNETES_VERSION, TRITON_CORE_METRICS, K8sSpec, render_k8s
 from pipeline.k8s.layout import milli
 from pipeline.k8s.monitoring import INFLIGHT_METRIC, OPENAI_RATIO_METRIC
-from pipeline.profiles import BuildProfile
-from pipeline.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
+from pipeline.build.profiles import BuildProfile
+from pipeline.serve.trtllm_serve import HEALTH_PATH, PROMETHEUS_PATH, exported_series, flags
 
 from k8s_cases import BUILTIN_API, all_docs, assert_valid, make_engine, one, pod_templates
 
@@ -273,7 +273,7 @@ def test_llmapi_without_a_rendered_repository_is_refused(build_root: Path, tmp_p
 def test_llmapi_renders_the_repository_or_says_how(build_root: Path) -> None:
     """Without --bundle the LLM-API repository comes from `pipeline render`; if that cannot make one,
     exit 2 names the command that would and --api openai."""
-    from pipeline.errors import InvalidInputError
+    from pipeline.core.errors import InvalidInputError
 
     _, folder = make_deployable(build_root)
     try:
@@ -313,7 +313,7 @@ def test_bad_pytorch_inputs_exit_2(build_root: Path, case: str) -> None:
 
 def test_the_options_the_pods_read_are_llm_args_keys(build_root: Path) -> None:
     """What the bundle adds (return_perf_metrics) is a field of TensorRT-LLM 1.1.0's LlmArgs (the build stage's table)."""
-    llm_args = pytest.importorskip("pipeline.engine.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
+    llm_args = pytest.importorskip("pipeline.build.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
     from pipeline.k8s.pytorch import serve_options
 
     _, folder = make_deployable(build_root)

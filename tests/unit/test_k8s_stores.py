@@ -14,7 +14,7 @@ import yaml
 
 from pipeline.cli import run
 from pipeline.k8s import K8sSpec, render_k8s
-from pipeline.versions import TRITON_IMAGE
+from pipeline.core.versions import TRITON_IMAGE
 
 from k8s_cases import CASES, make_engine, one, pod_templates, triton
 
@@ -25,7 +25,7 @@ def _hadolint() -> str | None:
 
 
 def _models_paths(bundle: Path) -> dict[str, str]:
-    from pipeline.model_repo import parse_model_config
+    from pipeline.render.model_repo import parse_model_config
     from pipeline.render import MODELS
 
     return {f"{m}/{k}": v.string_value for m in MODELS

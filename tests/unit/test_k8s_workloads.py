@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
-from pipeline.gpus import get_gpu
+from pipeline.core.gpus import get_gpu
 from pipeline.k8s import HPA_MODEL, LIVE_PATH, READY_PATH
 
 from k8s_cases import CASES, PLANTED_TOKEN, all_docs, make_engine, one, pod_templates, render, triton
@@ -161,7 +161,7 @@ def test_reference_pods_size_threads_from_the_cpu_limit(build_root: Path, monkey
     # what the runtime makes of it on a 64-core node: half the limit, not half the node
     monkeypatch.setattr("os.cpu_count", lambda: 64)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
-    monkeypatch.setattr("pipeline.cpus.cgroup_cpu_quota", lambda *args: (None, "none"))  # no cgroup quota readable
+    monkeypatch.setattr("pipeline.core.cpus.cgroup_cpu_quota", lambda *args: (None, "none"))  # no cgroup quota readable
     monkeypatch.delenv("PIPELINE_REFERENCE_THREADS", raising=False)
     monkeypatch.delenv("PIPELINE_CPU_LIMIT", raising=False)
     assert intra_op_threads() == 32

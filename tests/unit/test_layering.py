@@ -14,22 +14,22 @@ PACKAGE = ROOT / "pipeline"
 
 # The layers, lowest first. A module may import from its own layer and the layers below it.
 CORE = {  # facts and plumbing every stage shares; they import nothing but each other
-    "pipeline.errors": "the exception types the CLI maps to exit codes",
-    "pipeline.output": "the one output sink the CLI renders to",
-    "pipeline.reporting": "the Reporter stages report progress and events to",
-    "pipeline.paths": "where build/ artifacts live",
-    "pipeline.artifacts": "manifests, hashes, atomic folders",
-    "pipeline.versions": "the pinned upstream versions",
-    "pipeline.resources": "free memory, disk and the disk check, measured now",
-    "pipeline.cpus": "the CPUs this process may use",
-    "pipeline.host": "this host's GPUs matched to the GPU table (--gpu auto)",
-    "pipeline.quant": "what each --quant / --kv-cache name means",
-    "pipeline.gpus": "the GPU table",
-    "pipeline.deployable": "names shared by the stages that write and read PyTorch-backend deployables",
-    "pipeline.processes": "child processes tied to their parent (servers)",
-    "pipeline.tool_env": "the environment NVIDIA's tools and servers get (the image's Python, not the pipeline's venv)",
-    "pipeline.reaper": "cleans up after a server whose owner died (a process of its own; standard library only)",
-    "pipeline.hf_compat": "HF config/tokenizer compatibility across transformers versions",
+    "pipeline.core.errors": "the exception types the CLI maps to exit codes",
+    "pipeline.core.output": "the one output sink the CLI renders to",
+    "pipeline.core.reporting": "the Reporter stages report progress and events to",
+    "pipeline.core.paths": "where build/ artifacts live",
+    "pipeline.core.artifacts": "manifests, hashes, atomic folders",
+    "pipeline.core.versions": "the pinned upstream versions",
+    "pipeline.core.resources": "free memory, disk and the disk check, measured now",
+    "pipeline.core.cpus": "the CPUs this process may use",
+    "pipeline.core.host": "this host's GPUs matched to the GPU table (--gpu auto)",
+    "pipeline.core.quant": "what each --quant / --kv-cache name means",
+    "pipeline.core.gpus": "the GPU table",
+    "pipeline.core.deployable": "names shared by the stages that write and read PyTorch-backend deployables",
+    "pipeline.core.processes": "child processes tied to their parent (servers)",
+    "pipeline.core.tool_env": "the environment NVIDIA's tools and servers get (the image's Python, not the pipeline's venv)",
+    "pipeline.core.reaper": "cleans up after a server whose owner died (a process of its own; standard library only)",
+    "pipeline.hf.compat": "HF config/tokenizer compatibility across transformers versions",
 }
 JOBS = {"pipeline.jobs": "runs stages in sequence (the demo and engine jobs, evaluate-and-record)"}
 CLI = "pipeline.cli"  # the package and everything under it: Typer commands over jobs and stages
@@ -148,9 +148,9 @@ def layer(module: str) -> str:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "pipeline.resources" in graph["pipeline.convert_resources"]
-    assert "pipeline.host" in graph["pipeline.serve"]  # a module-level import
-    assert "pipeline.profiles" in graph["pipeline.serve"]  # a function-local one
+    assert "pipeline.core.resources" in graph["pipeline.convert.resources"]
+    assert "pipeline.core.host" in graph["pipeline.serve"]  # a module-level import
+    assert "pipeline.build.profiles" in graph["pipeline.serve"]  # a function-local one
     assert all(not t.startswith("pipeline.cli.") for t in graph["pipeline.cli"])  # the package's own submodules
 
 
@@ -167,7 +167,7 @@ def test_no_import_cycles():
 
 def test_no_submodule_imports_a_package_that_imports_it():
     """A package's __init__ may import its submodules, but then none of them may import the package back (the
-    cycle a function-local import would hide, e.g. pipeline.engine handing work to pipeline.engine.pytorch)."""
+    cycle a function-local import would hide, e.g. pipeline.build handing work to pipeline.build.pytorch)."""
     assert not cycles(import_graph(own_submodules=True)), cycles(import_graph(own_submodules=True))
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.engine.llm_args import check_options, option_problems, source_commit, top_level_fields
-from pipeline.engine.memory import Limits
-from pipeline.engine.pytorch import cuda_graph_batch_sizes, llm_api_options
-from pipeline.errors import InvalidInputError
-from pipeline.gpus import get_gpu
+from pipeline.build.llm_args import check_options, option_problems, source_commit, top_level_fields
+from pipeline.build.memory import Limits
+from pipeline.build.pytorch import cuda_graph_batch_sizes, llm_api_options
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import get_gpu
 
 TABLE = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "trtllm_llm_args.tsv"
 
@@ -89,8 +89,8 @@ def test_written_yaml_conforms(tmp_path, monkeypatch):
     from test_engine_pytorch import make_hf_checkpoint
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
-    from pipeline.engine import BuildSpec
-    from pipeline.engine.pytorch import build_pytorch
+    from pipeline.build import BuildSpec
+    from pipeline.build.pytorch import build_pytorch
 
     ckpt = make_hf_checkpoint(tmp_path / "build" / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8")
     result = build_pytorch(BuildSpec(gpu="h100", checkpoint=ckpt, backend="pytorch"))

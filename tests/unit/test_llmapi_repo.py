@@ -13,9 +13,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmapi_helpers import make_deployable  # noqa: E402
 
-from pipeline.bundle import path_problems  # noqa: E402
-from pipeline.errors import InvalidInputError  # noqa: E402
-from pipeline.llmapi_repo import check_llmapi_repository  # noqa: E402
+from pipeline.render.bundle import path_problems  # noqa: E402
+from pipeline.core.errors import InvalidInputError  # noqa: E402
+from pipeline.render.llmapi import check_llmapi_repository  # noqa: E402
 from pipeline.render import RenderSpec, render  # noqa: E402
 
 

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmapi_helpers import make_deployable  # noqa: E402
 
 from pipeline.cli import run  # noqa: E402
-from pipeline.deployable import read_deployable  # noqa: E402
-from pipeline.errors import InvalidInputError, StageFailedError, ToolMissingError  # noqa: E402
-from pipeline.openai_server import (check_api, choose_engine, warm_up,  # noqa: E402
+from pipeline.core.deployable import read_deployable  # noqa: E402
+from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError  # noqa: E402
+from pipeline.serve.openai import (check_api, choose_engine, warm_up,  # noqa: E402
                                     transformers_serve_command, trtllm_command)
 from pipeline.render import RenderSpec, render  # noqa: E402
 
@@ -74,7 +74,7 @@ def test_quantized_gpu_deployable_without_trtllm_serve_is_refused_with_the_comma
         pytest.skip("trtllm-serve is installed here")
     folder = make_deployable(tmp_path / "build", gpu="h100-sxm", options=GPU_OPTIONS)
     (folder / "model" / "hf_quant_config.json").write_text("{}")
-    monkeypatch.setattr("pipeline.host.detect_gpu_key", lambda: "h100-sxm")
+    monkeypatch.setattr("pipeline.core.host.detect_gpu_key", lambda: "h100-sxm")
     with pytest.raises(ToolMissingError) as error:
         choose_engine(read_deployable(folder))
     assert "trtllm-serve serve" in error.value.hint and "--extra_llm_api_options" in error.value.hint

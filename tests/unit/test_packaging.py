@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.model_repo import templates_dir
-from pipeline.render_checks import REFERENCE_TABLES, reference_tables_dir
+from pipeline.render.model_repo import templates_dir
+from pipeline.render.checks import REFERENCE_TABLES, reference_tables_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -54,14 +54,14 @@ def test_resources_come_from_the_installed_package(monkeypatch, tmp_path: Path) 
     assert templates_dir().resolve() == (ROOT / "model_repo_templates").resolve()
     assert reference_tables_dir().resolve() == (ROOT / "pipeline" / "data" / "reference").resolve()
     monkeypatch.setenv("PIPELINE_TEMPLATES_DIR", str(tmp_path))  # the override still wins, and is checked
-    from pipeline.errors import StageFailedError
+    from pipeline.core.errors import StageFailedError
 
     with pytest.raises(StageFailedError, match="templates not found"):
         templates_dir()
 
 
 def test_missing_contract_tables_are_an_error(monkeypatch, tmp_path: Path) -> None:
-    from pipeline.errors import StageFailedError
+    from pipeline.core.errors import StageFailedError
 
     (tmp_path / REFERENCE_TABLES[0]).write_text("model\tdirection\n")  # one table of three
     monkeypatch.setenv("PIPELINE_REFERENCE_DIR", str(tmp_path))

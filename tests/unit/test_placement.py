@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import UnsupportedError
+from pipeline.core.errors import UnsupportedError
 from pipeline.placement import (
     Job,
     batch_for_free_memory,
@@ -16,7 +16,7 @@ from pipeline.placement import (
     place,
 )
 from pipeline.planner import model_spec_from_config
-from pipeline.resources import GIB, GpuMemory, Machine, cgroup_memory_left
+from pipeline.core.resources import GIB, GpuMemory, Machine, cgroup_memory_left
 
 from planner_cases import LLAMA_8B
 

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.cli import run
-from pipeline.errors import UnsupportedError
+from pipeline.core.errors import UnsupportedError
 
 from planner_cases import LLAMA_8B, write_config
 

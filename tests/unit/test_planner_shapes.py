@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import planner as P
-from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 
 from planner_cases import LLAMA_8B, write_config
 

@@ -1,4 +1,4 @@
-"""pipeline.processes: children die with the process that started them; SIGTERM unwinds like Ctrl-C.
+"""pipeline.core.processes: children die with the process that started them; SIGTERM unwinds like Ctrl-C.
 
 Real processes, real signals: a Python parent spawns `sleep`, the parent is SIGKILLed, the sleep must be
 gone within a second."""
@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from pipeline.processes import Terminated, parent_death_signal_supported, spawn, terminate_as_interrupt
+from pipeline.core.processes import Terminated, parent_death_signal_supported, spawn, terminate_as_interrupt
 
 pytestmark = pytest.mark.skipif(not parent_death_signal_supported(), reason="PR_SET_PDEATHSIG is Linux-only")
 
@@ -37,7 +37,7 @@ def _parent_that_spawns(from_thread: bool) -> tuple[subprocess.Popen, int]:
     """A Python process that spawns `sleep 60` (from a short-lived thread when asked) and prints its pid."""
     code = textwrap.dedent(f"""
         import subprocess, threading, time
-        from pipeline.processes import spawn
+        from pipeline.core.processes import spawn
         box = []
         def start():
             box.append(spawn(["sleep", "60"], stdin=subprocess.DEVNULL))
@@ -123,7 +123,7 @@ def _token() -> str:
 
 
 def _start_fake_server(token: str):
-    from pipeline.processes import spawn
+    from pipeline.core.processes import spawn
 
     process = spawn(["bash", "-c", FAKE_SERVER, "fake-server", token, sys.executable], start_new_session=True,
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
@@ -163,7 +163,7 @@ def _kill_all(pids: list[int], token: str) -> None:
 
 
 def test_stop_kills_what_the_server_left_and_removes_its_shared_memory(tmp_path) -> None:
-    from pipeline.processes import ServerProcess
+    from pipeline.core.processes import ServerProcess
 
     token = _token()
     process, pids = _start_fake_server(token)
@@ -189,7 +189,7 @@ def test_kill_9_of_the_owner_leaves_no_process_and_no_shared_memory(tmp_path) ->
         from pathlib import Path
         sys.path.insert(0, sys.argv[3])
         from test_processes import _start_fake_server
-        from pipeline.processes import ServerProcess
+        from pipeline.core.processes import ServerProcess
         process, pids = _start_fake_server(sys.argv[1])
         server = ServerProcess(process, Path(sys.argv[2]), ["fake-server"], token=sys.argv[1])
         print(*pids, server.reaper.process.pid, flush=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
-from pipeline.errors import InvalidInputError, UnsupportedError
-from pipeline.engine.catalog import Machine, list_profiles
-from pipeline.profiles import BuildProfile, check_engine_compatible
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.build.catalog import Machine, list_profiles
+from pipeline.build.profiles import BuildProfile, check_engine_compatible
 
 LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
 
@@ -145,7 +145,7 @@ def _installed(folder: Path, version: str) -> Path:
 def test_the_version_check_compares_the_engines_own_record_with_the_installed_tensorrt_llm(tmp_path, monkeypatch):
     """The version is the one trtllm-build wrote into config.json, not the pinned constant the profile carries; the
     other side is the TensorRT-LLM installed where it is served, not the pin either."""
-    from pipeline.profiles import engine_built_version, installed_trtllm_version
+    from pipeline.build.profiles import engine_built_version, installed_trtllm_version
 
     older = _engine(tmp_path / "older", built_with="1.0.0")  # its profile says 1.1.0 (the pin it was planned for)
     assert engine_built_version(older) == "1.0.0"
@@ -167,7 +167,7 @@ def test_the_installed_version_is_read_from_the_python_that_runs_the_tools(tmp_p
     import stat
     import sys
 
-    from pipeline.profiles import installed_trtllm_version
+    from pipeline.build.profiles import installed_trtllm_version
 
     tools = tmp_path / "bin"
     tools.mkdir()

@@ -1,4 +1,4 @@
-"""pipeline.reference_folder: the engine folder the reference runtime serves, laid out like trtllm-build's."""
+"""pipeline.build.reference_folder: the engine folder the reference runtime serves, laid out like trtllm-build's."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.reference_folder import REFERENCE_RUNTIME, write_reference_engine_dir
+from pipeline.core.errors import InvalidInputError
+from pipeline.build.reference_folder import REFERENCE_RUNTIME, write_reference_engine_dir
 
 
 def _hf(root: Path) -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.errors import InvalidInputError, StageFailedError
-from pipeline.model_repo import parse_model_config, templates_dir
+from pipeline.core.errors import InvalidInputError, StageFailedError
+from pipeline.render.model_repo import parse_model_config, templates_dir
 from pipeline.render import RenderSpec, render
 
 from render_cases import configs as _configs, reference_engine_dir, trtllm_engine_dir

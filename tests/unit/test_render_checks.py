@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.model_repo import parse_model_config
+from pipeline.core.errors import InvalidInputError
+from pipeline.render.model_repo import parse_model_config
 from pipeline.render import RenderSpec, render
-from pipeline.render_checks import check_repository, contract_problems, ensemble_problems
+from pipeline.render.checks import check_repository, contract_problems, ensemble_problems
 
 from render_cases import configs as _configs, reference_engine_dir, trtllm_engine_dir
 

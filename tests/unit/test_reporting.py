@@ -1,4 +1,4 @@
-"""pipeline.reporting: stages report progress and events to the reporter they are given: silent by
+"""pipeline.core.reporting: stages report progress and events to the reporter they are given: silent by
 default, rendered through an output sink by the CLI, recorded for tests."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from pipeline.output import Output
-from pipeline.reporting import SILENT, OutputReporter, RecordingReporter, Reporter, SilentReporter
+from pipeline.core.output import Output
+from pipeline.core.reporting import SILENT, OutputReporter, RecordingReporter, Reporter, SilentReporter
 
 
 def _sink(**mode: bool) -> tuple[Output, io.StringIO]:
@@ -60,7 +60,7 @@ def test_output_reporter_under_json_or_quiet_shows_no_progress() -> None:
 
 
 def test_output_reporter_follows_the_process_wide_sink(monkeypatch) -> None:
-    from pipeline.output import OUT
+    from pipeline.core.output import OUT
 
     monkeypatch.setattr(OUT, "json_mode", True)
     assert OutputReporter().out is OUT and not OutputReporter().shows_progress

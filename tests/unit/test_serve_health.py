@@ -1,8 +1,8 @@
-"""pipeline.serve_health without a server: the model load failures read from a tritonserver log."""
+"""pipeline.serve.health without a server: the model load failures read from a tritonserver log."""
 
 from __future__ import annotations
 
-from pipeline.serve_health import load_failures
+from pipeline.serve.health import load_failures
 
 
 def test_load_failures_name_the_model_and_quote_the_line() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import run
-from pipeline.errors import InvalidInputError, UnsupportedError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.serve import ServerSpec, check_repo, resolve_ports
 
 ECHO_REPO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_repo"

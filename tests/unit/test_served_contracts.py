@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import InvalidInputError
-from pipeline.openai_client import Sampling, SseParser, error_message, parse_event, parse_url, request_body
+from pipeline.core.errors import InvalidInputError
+from pipeline.clients.openai import Sampling, SseParser, error_message, parse_event, parse_url, request_body
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,7 +100,7 @@ def _pbtxt_names(path: Path) -> tuple[set[str], set[str]]:
 
 
 def test_contract_detection_reads_tensor_names() -> None:
-    from pipeline.contract import classify_triton
+    from pipeline.clients.contract import classify_triton
 
     # NVIDIA's ensemble (the repository render writes for an engine) and the C++ backend's token model
     ensemble_in, ensemble_out = _pbtxt_names(REPO / "model_repo_templates" / "ensemble" / "config.pbtxt.j2")
@@ -124,7 +124,7 @@ def test_contract_detection_reads_tensor_names() -> None:
 
 def test_llmapi_repository_template_speaks_the_detected_contract() -> None:
     """The LLM-API repository `pipeline render` writes (model_repo_templates/llmapi) is detected as such."""
-    from pipeline.contract import classify_triton
+    from pipeline.clients.contract import classify_triton
 
     template = REPO / "model_repo_templates" / "llmapi" / "tensorrt_llm" / "config.pbtxt.j2"
     if not template.is_file():
@@ -133,7 +133,7 @@ def test_llmapi_repository_template_speaks_the_detected_contract() -> None:
 
 
 def test_llmapi_inputs_follow_the_model_shape() -> None:
-    from pipeline.client import GenerateRequest, build_llmapi_inputs
+    from pipeline.clients.triton import GenerateRequest, build_llmapi_inputs
 
     request = GenerateRequest(prompt="Hi", max_tokens=3, stream=True, stop_words=(" a", " b"), temperature=0.5)
     flat = {i.name(): i.shape() for i in build_llmapi_inputs(request)}
@@ -161,7 +161,7 @@ class _Tensorless:
 
 
 def test_llmapi_streamed_text_is_cumulative() -> None:
-    from pipeline.client import GenerateResult, collect_llmapi_response
+    from pipeline.clients.triton import GenerateResult, collect_llmapi_response
 
     result, raw = GenerateResult(), []
     for text, finish in (("The", "None"), ("The cap", "None"), ("The capital", "length")):

@@ -1,4 +1,4 @@
-"""pipeline.simulated without a model: what simulated_model hands quantize_model, what greedy_speed times."""
+"""pipeline.quantization.simulated without a model: what simulated_model hands quantize_model, what greedy_speed times."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.quantize
-from pipeline.quantize import CalibrationRun
-from pipeline.simulated import SpeedRun, Variant, greedy_speed, simulated_model
+import pipeline.quantization.modelopt
+from pipeline.quantization.modelopt import CalibrationRun
+from pipeline.quantization.simulated import SpeedRun, Variant, greedy_speed, simulated_model
 
 
 @pytest.fixture
 def quantize_calls(monkeypatch) -> list[CalibrationRun]:
     """Stub load_hf_model/quantize_model/round_weights*: record the CalibrationRun quantize_model gets."""
-    import pipeline.simulated
+    import pipeline.quantization.simulated
 
     calls: list[CalibrationRun] = []
 
@@ -22,10 +22,10 @@ def quantize_calls(monkeypatch) -> list[CalibrationRun]:
         calls.append(calibration)
         return model
 
-    monkeypatch.setattr(pipeline.quantize, "load_hf_model", lambda hf_dir, dtype, placement=None: ("model", "tok"))
-    monkeypatch.setattr(pipeline.quantize, "quantize_model", quantize_model)
-    monkeypatch.setattr(pipeline.simulated, "round_weights", lambda model, dtype: model)
-    monkeypatch.setattr(pipeline.simulated, "round_weights_per_channel", lambda model, bits: model)
+    monkeypatch.setattr(pipeline.quantization.modelopt, "load_hf_model", lambda hf_dir, dtype, placement=None: ("model", "tok"))
+    monkeypatch.setattr(pipeline.quantization.modelopt, "quantize_model", quantize_model)
+    monkeypatch.setattr(pipeline.quantization.simulated, "round_weights", lambda model, dtype: model)
+    monkeypatch.setattr(pipeline.quantization.simulated, "round_weights_per_channel", lambda model, bits: model)
     return calls
 
 

@@ -1,4 +1,4 @@
-"""pipeline.tool_env and the environments the pipeline's children get: NVIDIA's tools and servers never see the
+"""pipeline.core.tool_env and the environments the pipeline's children get: NVIDIA's tools and servers never see the
 pipeline's virtual environment, the CPU reference runtime always does (#21, blocker 2). The image test
 (`make image-test`) proves the same from inside each process of the built image."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.serve import deployable_env, needs_pipeline, server_environment
-from pipeline.tool_env import nvidia_environment, pipeline_environment
-from pipeline.triton_binary import TritonBinary
+from pipeline.core.tool_env import nvidia_environment, pipeline_environment
+from pipeline.serve.triton_binary import TritonBinary
 
 
 def _venv(tmp_path: Path) -> Path:

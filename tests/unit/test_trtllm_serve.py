@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 
-from pipeline.trtllm_serve import PROMETHEUS_PATH, SOURCE_COMMIT, exported_series, flags, metric_families
+from pipeline.serve.trtllm_serve import PROMETHEUS_PATH, SOURCE_COMMIT, exported_series, flags, metric_families
 
 
 def test_the_table_is_upstreams_serve_command() -> None:

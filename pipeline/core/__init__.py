@@ -1,0 +1,1 @@
+"""Facts and plumbing every stage shares: errors, output, paths, artifacts, versions, the host, GPUs, processes."""

@@ -1,0 +1,1 @@
+"""Hugging Face folders: transformers compatibility, what a checkpoint folder holds, its tokenizer files."""
