@@ -196,7 +196,7 @@ def plan_input(source: str, scratch: Path) -> tuple[Path, str, str]:
     from its metadata (transformers' AutoConfig with gguf_file), written to scratch. No weights are read."""
     import json
 
-    from pipeline.download.sources import parse_source
+    from pipeline.hf.sources import parse_source
     from pipeline.core.paths import model_slug
 
     folder = Path(source[len("local:"):] if source.startswith("local:") else source).expanduser()

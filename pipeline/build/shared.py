@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.artifacts import ArtifactOrigin, is_up_to_date, read_manifest
-from pipeline.download.sources import parse_source
+from pipeline.hf.sources import parse_source
 from pipeline.build.memory import EngineTarget, Limits, MemoryEstimate, estimate, what_would_fit
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.paths import build_root

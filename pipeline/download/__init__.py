@@ -62,7 +62,7 @@ from pipeline.download.hub import (
     library_progress_bars,
     snapshot as hub_snapshot,
 )
-from pipeline.download.sources import ParsedSource, SourceKind, parse_source
+from pipeline.hf.sources import ParsedSource, SourceKind, parse_source
 from pipeline.core.errors import InvalidInputError
 from pipeline.hf.folder import ALLOW_PATTERNS, selected_files
 from pipeline.hf.compat import HF_COMPAT_VERSION, make_folder_compatible

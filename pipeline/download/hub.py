@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from pipeline.core import resources
 from pipeline.core.artifacts import sha256_file
-from pipeline.download.sources import ParsedSource
+from pipeline.hf.sources import ParsedSource
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.hf.folder import ALLOW_PATTERNS, IGNORE_PATTERNS, selected_files
 from pipeline.core.reporting import SILENT, Reporter

@@ -10,7 +10,7 @@ import pytest
 
 from download_checks import assert_manifest_matches_files
 from pipeline.download.gguf import gguf_float32_bytes
-from pipeline.download.sources import DEMO_MODEL
+from pipeline.hf.sources import DEMO_MODEL
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""pipeline.download.sources: SOURCE strings understood or refused (message, hint and exit code)."""
+"""pipeline.hf.sources: SOURCE strings understood or refused (message, hint and exit code)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from download_checks import refused
-from pipeline.download.sources import DEMO_MODEL, parse_source
+from pipeline.hf.sources import DEMO_MODEL, parse_source
 from pipeline.core.errors import InvalidInputError
 
 
