@@ -1,6 +1,6 @@
 """Evaluate the PromQL of our recording rules over scraped /metrics text, as Prometheus would at one instant.
 
-Parsing is promql-parser's (the same parser tests/unit/test_k8s_pytorch.py checks every expression with);
+Parsing is promql-parser's (the same parser tests/unit/k8s/test_pytorch.py checks every expression with);
 evaluation covers what pipeline/data/k8s/scaling_rules.yaml uses: vector selectors (=, !=, =~, !~),
 sum/max/min by|without, `or`, arithmetic between a vector and a number or between two vectors matched on
 all their labels, clamp_min, and rate() over a range. rate() is (last - first) / (their time apart) over

@@ -133,7 +133,7 @@ def test_trtllm_serve_knows_every_flag_we_pass(tmp_path: Path) -> None:
 
     if not shutil.which("trtllm-serve"):
         pytest.skip("trtllm-serve (TensorRT-LLM 1.1, the NGC image) is not installed here; the command line is "
-                    "asserted against the upstream flags in tests/unit/test_commands.py")
+                    "asserted against the upstream flags in tests/unit/serve/test_commands.py")
     help_text = subprocess.run(["trtllm-serve", "serve", "--help"], capture_output=True, text=True, timeout=300).stdout
     deployable = read_deployable(make_deployable(tmp_path / "build", gpu="h100-sxm"))
     for flag in (a for a in trtllm_command(deployable, "127.0.0.1", 8000) if a.startswith("--")):

@@ -12,7 +12,7 @@ from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.build.catalog import Machine, list_profiles
 from pipeline.build.profiles import BuildProfile, check_engine_compatible
 
-LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b"
 
 
 def _row(rows, gpu, quant, backend="tensorrt"):

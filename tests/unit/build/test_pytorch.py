@@ -17,23 +17,7 @@ from pipeline.core.deployable import OPTIONS_FILE, is_pytorch_deployable, read_d
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.build.profiles import BuildProfile, check_engine_compatible
 from reporting_helpers import ProgressLog
-from test_engine_reference import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
-
-QUANT_ALGOS = {"fp8": "FP8", "nvfp4": "NVFP4", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ"}
-
-
-def make_hf_checkpoint(folder: Path, *, quant: str = "fp16", kv: str = "auto", source: Path | None = None) -> Path:
-    """An HF checkpoint in the shape `pipeline convert --format hf` writes (issue 13 contract, item 1): config,
-    safetensors, tokenizer, hf_quant_config.json for quantized formats, manifest with "format": "hf"."""
-    tiny_hf(folder)
-    if quant != "fp16" or kv != "auto":
-        (folder / "hf_quant_config.json").write_text(json.dumps({
-            "producer": {"name": "modelopt", "version": "0.47.0"},
-            "quantization": {"quant_algo": QUANT_ALGOS.get(quant), "kv_cache_quant_algo": "FP8" if kv == "fp8" else None}}))
-    inputs = {"source": str(source)} if source else {}
-    (folder / "manifest.json").write_text(json.dumps({"stage": "convert", "format": "hf", "inputs": inputs, "files": {}}))
-    return folder
-
+from build_cases import build_root, make_hf_checkpoint, tiny_hf  # noqa: F401  (build_root: a fixture)
 
 def make_trtllm_checkpoint(folder: Path) -> Path:
     folder.mkdir(parents=True)

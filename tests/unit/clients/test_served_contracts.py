@@ -11,7 +11,7 @@ import pytest
 from pipeline.core.errors import InvalidInputError
 from pipeline.clients.openai import Sampling, SseParser, error_message, parse_event, parse_url, request_body
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("url, kind, normal", [

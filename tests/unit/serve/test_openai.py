@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from llmapi_helpers import make_deployable  # noqa: E402
 
 from pipeline.cli import run  # noqa: E402

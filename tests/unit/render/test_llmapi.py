@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from llmapi_helpers import make_deployable  # noqa: E402
 
 from pipeline.render.bundle import path_problems  # noqa: E402

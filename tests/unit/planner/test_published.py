@@ -31,7 +31,7 @@ def test_against_published_trtllm_throughput(llama8b: P.ModelSpec, reference_tsv
 def _fit_script():
     import importlib.util
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "plan_vs_published.py"
+    script = Path(__file__).resolve().parents[3] / "scripts" / "plan_vs_published.py"
     spec = importlib.util.spec_from_file_location("plan_vs_published", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -149,7 +149,7 @@ def test_python_models_gauge_wins_where_a_pod_exports_both() -> None:
 def test_the_family_the_rules_read_is_the_one_our_models_export() -> None:
     from pipeline.k8s.monitoring import IN_FLIGHT_FAMILY, scaling_rules
 
-    root = Path(__file__).resolve().parents[2] / "model_repo_templates"
+    root = Path(__file__).resolve().parents[3] / "model_repo_templates"
     for path in (root / "tensorrt_llm" / "1" / "model.py", root / "llmapi" / "tensorrt_llm" / "1" / "model.py"):
         text = path.read_text(encoding="utf-8")
         assert re.search(rf'MetricFamily\(name="{IN_FLIGHT_FAMILY}", kind=pb_utils\.MetricFamily\.GAUGE', text), path

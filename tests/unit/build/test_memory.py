@@ -13,7 +13,7 @@ from pipeline.build.memory import EngineTarget, Limits, default_limits, estimate
 from pipeline.core.gpus import get_gpu
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
-LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b"
 LIMITS = Limits(max_input_len=1024, max_seq_len=2048, max_batch_size=8, max_num_tokens=8192)
 
 

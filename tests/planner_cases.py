@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-LLAMA_8B = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+LLAMA_8B = Path(__file__).resolve().parent / "fixtures" / "llama-3.1-8b"
 
 
 def write_config(tmp_path: Path, **shapes) -> Path:

@@ -16,7 +16,7 @@ from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import get_gpu, gpu_table
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
-LLAMA = Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b"
+LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b"
 GPUS = [k for k, g in gpu_table().items() if not g.is_cpu]
 
 

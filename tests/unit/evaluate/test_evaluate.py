@@ -1,5 +1,5 @@
 """The evaluate stage without a model: stored figures reused with the gate re-applied, and the CLI's
-refusals before anything loads. Measuring a real model is tests/unit/test_evaluate_model.py."""
+refusals before anything loads. Measuring a real model is tests/unit/evaluate/test_model.py."""
 
 from __future__ import annotations
 

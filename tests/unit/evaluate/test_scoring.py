@@ -1,5 +1,5 @@
 """pipeline.evaluate.scoring without a model: the evaluation texts (shipped and the user's) and the
-relative change. Scoring a real model is tests/unit/test_evaluate_model.py."""
+relative change. Scoring a real model is tests/unit/evaluate/test_model.py."""
 
 from __future__ import annotations
 

@@ -367,7 +367,7 @@ def test_kubernetes_validate_cli_and_kustomize_on_openai(build_root: Path) -> No
 def test_a_deployable_pipeline_build_wrote_renders_for_both_apis(build_root: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end on what `pipeline build --backend pytorch` really writes (not a hand-made folder): --api openai
     and --api triton (the LLM-API repository rendered by `pipeline render`) both render, validate and agree with it."""
-    from test_engine_pytorch import make_hf_checkpoint
+    from build_cases import make_hf_checkpoint
 
     ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8")
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(ckpt), "--gpu", "h100", "--tp", "2", "--json"]) == 0

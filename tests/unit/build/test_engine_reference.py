@@ -7,35 +7,13 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pipeline.core.artifacts import read_manifest
 from pipeline.build import BuildSpec, build_engine, plan_build
 from pipeline.cli import run
 from pipeline.build.profiles import BuildProfile, engine_profile
-
-
-def tiny_hf(folder: Path) -> Path:
-    """A small but well-formed HF folder: Llama config, one safetensors file, tokenizer files."""
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
-        "max_position_embeddings": 4096, "tie_word_embeddings": True, "torch_dtype": "float32"}))
-    save_file({"model.embed_tokens.weight": np.zeros((256, 64), dtype=np.float32)}, str(folder / "model.safetensors"))
-    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}))
-    (folder / "tokenizer_config.json").write_text("{}")
-    return folder
-
-
-@pytest.fixture()
-def build_root(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "build"
-    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(root))
-    return root
+from build_cases import build_root, tiny_hf  # noqa: F401  (build_root: a fixture)
 
 
 def test_reference_engine_folder_layout(tmp_path, build_root):

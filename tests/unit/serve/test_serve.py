@@ -12,7 +12,7 @@ from pipeline.cli import run
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.serve import ServerSpec, check_repo, resolve_ports
 
-ECHO_REPO = Path(__file__).resolve().parents[1] / "fixtures" / "echo_repo"
+ECHO_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "echo_repo"
 
 
 def _trtllm_repo(tmp_path: Path) -> Path:

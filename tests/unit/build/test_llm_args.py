@@ -18,7 +18,7 @@ from pipeline.build.pytorch import cuda_graph_batch_sizes, llm_api_options
 from pipeline.core.errors import InvalidInputError
 from pipeline.core.gpus import get_gpu
 
-TABLE = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "trtllm_llm_args.tsv"
+TABLE = Path(__file__).resolve().parents[3] / "pipeline" / "data" / "trtllm_llm_args.tsv"
 
 
 def table_rows() -> list[dict[str, str]]:
@@ -86,7 +86,7 @@ def test_every_key_we_write_is_a_field_of_the_1_1_0_classes():
 
 def test_written_yaml_conforms(tmp_path, monkeypatch):
     """The file on disk, read back with yaml.safe_load as trtllm-serve reads it."""
-    from test_engine_pytorch import make_hf_checkpoint
+    from build_cases import make_hf_checkpoint
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
     from pipeline.build import BuildSpec

@@ -42,7 +42,7 @@ def test_from_pretrained_kwargs_on_the_cpu_are_what_they_were() -> None:
 
     before = {"dtype": torch.float16, "trust_remote_code": False, "low_cpu_mem_usage": True}
     assert from_pretrained_kwargs("float16") == before
-    shape = model_spec_from_config(Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b")
+    shape = model_spec_from_config(Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b")
     cpu = place(shape, Job(samples=0), NO_GPU, "cpu")
     assert from_pretrained_kwargs("float16", cpu) == before
     gpus = place(shape, Job(samples=0), TWO_GPUS, "auto")
@@ -195,7 +195,7 @@ def test_a_hub_model_too_big_is_refused_from_its_config_before_the_download(
 ) -> None:
     from pipeline.core import resources
 
-    big = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "llama-3.1-8b" / "config.json").read_text())
+    big = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b" / "config.json").read_text())
     big |= {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64}
     files = {"config.json": json.dumps(big).encode(), "model.safetensors": b"\0" * 64}
     monkeypatch.setattr(resources, "machine", lambda: NO_GPU)
