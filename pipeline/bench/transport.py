@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, NamedTuple, Protocol
 
 from pipeline.bench.workload import BenchRequest
+from pipeline.clients.contract import served_tokenizer_dir
 from pipeline.core.errors import InvalidInputError, StageFailedError, UnsupportedError
 
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
@@ -89,22 +90,6 @@ def model_info(url: str, model: str) -> ModelInfo:
                          tokenizer_dir=served_tokenizer_dir(client, config))
     finally:
         client.close()
-
-
-def served_tokenizer_dir(client: Any, config: Any) -> Path | None:
-    """tokenizer_dir of the preprocessing model (or of the model itself, for BLS-like models)."""
-    from tritonclient.utils import InferenceServerException
-
-    candidates = [config]
-    try:
-        candidates.append(client.get_model_config("preprocessing").config)
-    except InferenceServerException:
-        pass
-    for cfg in candidates:
-        param = cfg.parameters.get("tokenizer_dir")
-        if param is not None and param.string_value and not param.string_value.startswith("${"):
-            return Path(param.string_value)
-    return None
 
 
 def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics: bool) -> list:

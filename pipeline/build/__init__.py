@@ -214,7 +214,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | Any:
 
 def _tokenizer_source(ckpt: CheckpointInfo) -> Path | None:
     """The HF folder whose tokenizer files the engine folder keeps (None when none is known)."""
-    from pipeline.render.bundle import tokenizer_files
+    from pipeline.hf.tokenizer import tokenizer_files
 
     return ckpt.hf_dir if ckpt.hf_dir is not None and tokenizer_files(ckpt.hf_dir) else None
 
@@ -222,7 +222,7 @@ def _tokenizer_source(ckpt: CheckpointInfo) -> Path | None:
 def copy_tokenizer(source: Path, engine_dir: Path) -> None:
     """<engine>/tokenizer/: the tokenizer files of the HF source, hard-linked where possible."""
     from pipeline.core.artifacts import link_or_copy
-    from pipeline.render.bundle import tokenizer_files
+    from pipeline.hf.tokenizer import tokenizer_files
 
     target = engine_dir / "tokenizer"
     target.mkdir(parents=True, exist_ok=True)

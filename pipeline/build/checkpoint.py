@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.core.artifacts import MANIFEST_NAME, folder_hash, read_manifest, sha256_json
+from pipeline.core.artifacts import MANIFEST_NAME, read_manifest, source_revision
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.planner import ModelSpec, model_spec_from_config
 from pipeline.core.paths import build_root, model_slug
@@ -116,17 +116,6 @@ def model_name_for(path: Path, given: str | None = None) -> str:
         return resolved.relative_to(root).parts[0]
     folder = resolved if resolved.is_dir() else resolved.parent
     return model_slug(folder.name)
-
-
-def source_revision(path: Path) -> str:
-    """A cheap identity of an input folder: its manifest's recorded file hashes, else a full hash."""
-    folder = path if path.is_dir() else path.parent
-    manifest = read_manifest(folder)
-    if manifest and manifest.get("files"):
-        return sha256_json(manifest["files"])[:16]
-    if path.is_file():
-        return sha256_json(path.read_text(encoding="utf-8"))[:16]
-    return folder_hash(folder)[:16]
 
 
 def hf_source_of(trtllm_dir: Path) -> Path | None:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from pipeline.core.artifacts import link_or_copy
 from pipeline.core.errors import InvalidInputError
+from pipeline.hf.tokenizer import TOKENIZER_FILES
 
 REFERENCE_RUNTIME = "reference"
 
@@ -32,16 +33,6 @@ DEFAULT_BUILD_CONFIG: dict[str, Any] = {
     "plugin_config": {"paged_kv_cache": True, "tokens_per_block": 32},
 }
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "added_tokens.json",
-)
 _WEIGHT_SUFFIXES = (".safetensors", ".json", ".bin", ".jinja", ".model", ".txt")
 
 

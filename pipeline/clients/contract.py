@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from pipeline.clients.triton import LLMAPI_INPUTS, LLMAPI_OUTPUTS
 from pipeline.core.errors import InvalidInputError, StageFailedError
@@ -123,8 +123,6 @@ def _detect_triton(url: str, model: str | None) -> Served:
                 hint="Name the ensemble or tensorrt_llm_bls model of an engine repository (text_input, max_tokens, "
                      "stream), or the tensorrt_llm model of an LLM-API repository (text_input, streaming, "
                      "sampling_param_*).")
-        from pipeline.bench.transport import served_tokenizer_dir
-
         return Served(kind=kind, url=url, model=model, inputs=inputs, outputs=outputs, batched=config.max_batch_size > 0,
                       decoupled=decoupled, tokenizer_dir=served_tokenizer_dir(client, config))
     finally:
@@ -144,3 +142,19 @@ def _default_triton_model(client) -> str:
         if classify_triton((i.name for i in config.input), (o.name for o in config.output)) == "triton-llmapi":
             return name
     return "ensemble"
+
+
+def served_tokenizer_dir(client: Any, config: Any) -> Path | None:
+    """tokenizer_dir of the preprocessing model (or of the model itself, for BLS-like models)."""
+    from tritonclient.utils import InferenceServerException
+
+    candidates = [config]
+    try:
+        candidates.append(client.get_model_config("preprocessing").config)
+    except InferenceServerException:
+        pass
+    for cfg in candidates:
+        param = cfg.parameters.get("tokenizer_dir")
+        if param is not None and param.string_value and not param.string_value.startswith("${"):
+            return Path(param.string_value)
+    return None

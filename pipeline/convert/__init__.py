@@ -21,7 +21,7 @@ import time
 import warnings
 
 from pipeline.convert import hf_export
-from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, source_revision, write_json_atomic
 from pipeline.quantization.calibration import load_calibration
 from pipeline.convert.checkpoint_keys import preflight
 from pipeline.convert.checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NOT_EXPORTABLE: re-exported)
@@ -40,7 +40,6 @@ from pipeline.convert.resources import check_hub_model_fits, check_resources, co
 from pipeline.convert.result import convert_result, package_version, peak_rss_mb
 from pipeline.convert.spec import ConvertDecisions, ConvertResult, ConvertSpec
 from pipeline.core.deployable import HF_FORMAT, TRTLLM_FORMAT
-from pipeline.build.checkpoint import source_revision
 from pipeline.core.errors import StageFailedError
 from pipeline.core.gpus import check_precision, get_gpu
 from pipeline.hf.compat import resolved_rope

@@ -12,7 +12,7 @@ from pipeline.core import resources
 from pipeline.core.artifacts import read_manifest
 from pipeline.quantization.calibration import CalibrationSet
 from pipeline.convert.spec import ConvertDecisions, ConvertSpec
-from pipeline.download.hub import hub_cache_dir, hub_offline
+from pipeline.hf.hub import hub_cache_dir, hub_offline
 from pipeline.hf.sources import parse_source
 from pipeline.core.paths import stage_dir
 from pipeline.placement import Job, Placement, model_shape, place

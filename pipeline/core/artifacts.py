@@ -97,6 +97,17 @@ def folder_hash(folder: Path) -> str:
     return sha256_json(file_inventory(folder))
 
 
+def source_revision(path: Path) -> str:
+    """A cheap identity of an input folder: its manifest's recorded file hashes, else a full hash."""
+    folder = path if path.is_dir() else path.parent
+    manifest = read_manifest(folder)
+    if manifest and manifest.get("files"):
+        return sha256_json(manifest["files"])[:16]
+    if path.is_file():
+        return sha256_json(path.read_text(encoding="utf-8"))[:16]
+    return folder_hash(folder)[:16]
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")

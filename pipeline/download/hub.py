@@ -18,29 +18,11 @@ from pipeline.core.artifacts import sha256_file
 from pipeline.hf.sources import ParsedSource
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.hf.folder import ALLOW_PATTERNS, IGNORE_PATTERNS, selected_files
+from pipeline.hf.hub import hub_cache_dir, hub_offline
 from pipeline.core.reporting import SILENT, Reporter
 
 HUB_PACKAGES = ("huggingface_hub",)
 GIB_F = float(1 << 30)
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as set now; huggingface_hub reads it only at import."""
-    return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
-
-
-def hub_cache_dir() -> Path | None:
-    """The hub cache as the environment says now (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub)."""
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(name):
-            return Path(os.path.expandvars(os.environ[name])).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.path.expandvars(os.environ["HF_HOME"])).expanduser() / "hub"
-    return None  # the library's default
 
 
 @contextmanager
@@ -238,4 +220,4 @@ def check_hub_disk(parsed: ParsedSource, out: Path) -> None:
     resources.check_disk(out, copy, free=resources.free_disk_bytes(out), what=f"the copy of {what} in {out}")
 
 
-__all__ = ["check_hub_disk", "copy_snapshot", "hub_cache_dir", "hub_listing", "hub_offline", "library_progress_bars", "snapshot"]
+__all__ = ["check_hub_disk", "copy_snapshot", "hub_listing", "library_progress_bars", "snapshot"]

@@ -33,6 +33,7 @@ from pipeline.build.profiles import check_engine_compatible
 from pipeline.render.checks import check_repository
 from pipeline.render.context import engine_features, template_context
 from pipeline.render.spec import MODELS, RenderSpec
+from pipeline.hf.tokenizer import tokenizer_files
 
 
 def read_engine_config(engine: Path) -> dict:
@@ -74,7 +75,7 @@ def render(spec: RenderSpec) -> RenderResult:
     if runtime == "reference" and not (engine / "model" / "config.json").is_file():
         raise InvalidInputError(f"{engine}/model/ holds no HF checkpoint.", hint="Rebuild with `pipeline build --gpu cpu`.")
     tokenizer = Path(spec.tokenizer).resolve() if spec.tokenizer else engine / "tokenizer"
-    if not tokenizer.is_dir() or not any(p.name.startswith("tokenizer") for p in bundle.tokenizer_files(tokenizer)):
+    if not tokenizer.is_dir() or not any(p.name.startswith("tokenizer") for p in tokenizer_files(tokenizer)):
         raise InvalidInputError(
             f"No tokenizer in {tokenizer}.",
             hint="Engines from `pipeline build` carry theirs in <engine>/tokenizer/; for an engine built elsewhere "
@@ -91,7 +92,7 @@ def render(spec: RenderSpec) -> RenderResult:
         "runtime": runtime,
         "engine_config": sha256_json(config),
         "engine": bundle.tree_identity(engine),
-        "tokenizer": bundle.tree_identity(outside_tokenizer, bundle.tokenizer_files(outside_tokenizer))
+        "tokenizer": bundle.tree_identity(outside_tokenizer, tokenizer_files(outside_tokenizer))
         if outside_tokenizer else None,
         "templates": templates_hash(templates),
         "pipeline_version": PIPELINE_VERSION,  # the reference model refuses another installed pipeline at load

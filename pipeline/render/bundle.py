@@ -29,6 +29,7 @@ from typing import Any
 from pipeline.core.artifacts import MANIFEST_NAME, file_record, link_or_copy, read_manifest
 from pipeline.core.errors import InvalidInputError
 from pipeline.render.model_repo import parse_model_config
+from pipeline.hf.tokenizer import tokenizer_files
 
 ENGINE_SUBDIR = "tensorrt_llm/1"
 TOKENIZER_SUBDIR = f"{ENGINE_SUBDIR}/tokenizer"
@@ -96,13 +97,6 @@ def tree_identity(folder: Path, files: list[Path] | None = None) -> dict[str, An
         return {"inputs_hash": manifest["inputs_hash"], "files": manifest["files"]}
     paths = [(p, p.relative_to(folder).as_posix()) for p in files] if files is not None else list(_walk(folder))
     return {"stat": {rel: [p.stat().st_size, p.stat().st_mtime_ns] for p, rel in paths}}
-
-
-def tokenizer_files(folder: Path) -> list[Path]:
-    """The tokenizer files of a folder (an HF checkpoint's weights stay out)."""
-    from pipeline.build.reference_folder import TOKENIZER_FILES
-
-    return [Path(folder) / name for name in TOKENIZER_FILES if (Path(folder) / name).is_file()]
 
 
 def _sources(engine: Path, tokenizer: Path | None) -> list[tuple[Path, str]]:

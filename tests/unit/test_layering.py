@@ -1,5 +1,5 @@
 """The import graph of pipeline/, read from the source with ast (module-level, function-local and
-TYPE_CHECKING imports alike): no import cycles, and the layering cli -> jobs -> stages -> core.
+TYPE_CHECKING imports alike): no import cycles, and the stages in order, cli -> jobs -> ... -> core.
 
 A package's __init__ importing its own submodules is not counted (that is how a package exposes them).
 """
@@ -12,35 +12,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pipeline"
 
-# The layers, lowest first. A module may import from its own layer and the layers below it.
-CORE = {  # facts and plumbing every stage shares; they import nothing but each other
-    "pipeline.core.errors": "the exception types the CLI maps to exit codes",
-    "pipeline.core.output": "the one output sink the CLI renders to",
-    "pipeline.core.reporting": "the Reporter stages report progress and events to",
-    "pipeline.core.paths": "where build/ artifacts live",
-    "pipeline.core.artifacts": "manifests, hashes, atomic folders",
-    "pipeline.core.versions": "the pinned upstream versions",
-    "pipeline.core.resources": "free memory, disk and the disk check, measured now",
-    "pipeline.core.cpus": "the CPUs this process may use",
-    "pipeline.core.host": "this host's GPUs matched to the GPU table (--gpu auto)",
-    "pipeline.core.quant": "what each --quant / --kv-cache name means",
-    "pipeline.core.gpus": "the GPU table",
-    "pipeline.core.deployable": "names shared by the stages that write and read PyTorch-backend deployables",
-    "pipeline.core.processes": "child processes tied to their parent (servers)",
-    "pipeline.core.tool_env": "the environment NVIDIA's tools and servers get (the image's Python, not the pipeline's venv)",
-    "pipeline.core.reaper": "cleans up after a server whose owner died (a process of its own; standard library only)",
-    "pipeline.hf.compat": "HF config/tokenizer compatibility across transformers versions",
-}
-JOBS = {"pipeline.jobs": "runs stages in sequence (the demo and engine jobs, evaluate-and-record)"}
-CLI = "pipeline.cli"  # the package and everything under it: Typer commands over jobs and stages
-# Everything else under pipeline/ is a stage (download, convert, build, render, serve, smoke, bench, ...).
+# The stages in order, lowest first: a module may import from its own stage and from the tiers below, never from
+# a stage beside it in its own tier or above it. A stage is pipeline/<name>/ (or the module pipeline/<name>.py).
+TIERS: tuple[tuple[str, ...], ...] = (
+    ("core",),  # facts and plumbing every stage shares (and pipeline/__init__, pipeline/data's table readers)
+    ("planner", "hf"),  # the model x GPU arithmetic (shapes from config.json); what an HF folder and a SOURCE are
+    ("placement",),  # where a model loads (asks the planner for the footprint)
+    ("quantization",),  # ModelOpt, calibration, simulated numerics (ModelOpt's calibration asks placement)
+    ("download", "reference_runtime"),  # the first step; the CPU runtime rendered repositories import (simulated numerics)
+    ("convert",),
+    ("evaluate",),
+    ("build",),
+    ("render",),
+    ("clients",),  # a running server's contract and its clients
+    ("serve",),  # starts servers and waits for them with the clients
+    ("smoke", "bench", "doctor"),  # over a running server (doctor: the host, for every stage, serve's binary too)
+    ("k8s",),  # manifests from a rendered repository and serve's command lines
+    ("jobs",),  # stages chained: the demo and engine jobs, evaluate-and-record
+    ("cli",),  # Typer commands over jobs and stages
+)
+BASE = {"pipeline": "core", "pipeline.data": "core"}  # the package root (its version) and the data package
 
-LAYERS = ("core", "stage", "jobs", "cli")
-
-# Known cycles other #15 work removes; each entry is the set of modules a cycle may run through.
-# Remove an entry when its cycle is gone (an entry no cycle uses any more is harmless but stale).
+# Known cycles; each entry is the set of modules a cycle may run through. Remove an entry when its cycle is gone.
 ALLOWED_CYCLES: list[tuple[frozenset[str], str]] = []
-# Known imports against the layering, with the same rule: remove them as they go.
+# Known imports against the order, with the same rule: remove them as they go.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
@@ -136,14 +131,15 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return groups
 
 
-def layer(module: str) -> str:
-    if module == CLI or module.startswith(CLI + "."):
-        return "cli"
-    if module in JOBS:
-        return "jobs"
-    if module in CORE:
-        return "core"
-    return "stage"
+def stage(module: str) -> str:
+    if module in BASE:
+        return BASE[module]
+    return module.split(".")[1]
+
+
+def tier(module: str) -> int:
+    name = stage(module)
+    return next(i for i, stages in enumerate(TIERS) if name in stages)
 
 
 def test_the_graph_is_read():
@@ -154,9 +150,13 @@ def test_the_graph_is_read():
     assert all(not t.startswith("pipeline.cli.") for t in graph["pipeline.cli"])  # the package's own submodules
 
 
-def test_the_layer_sets_name_real_modules():
+def test_every_module_is_in_a_stage_of_the_order():
+    """Each module of pipeline/ is in a stage the order names, and each stage it names exists."""
     mods = modules()
-    assert set(CORE) <= set(mods) and set(JOBS) <= set(mods) and CLI in mods
+    named = {name for stages in TIERS for name in stages}
+    assert not sorted(m for m in mods if stage(m) not in named), "modules in no stage of TIERS"
+    assert named <= {stage(m) for m in mods}, "stages of TIERS with no module"
+    assert len(named) == sum(len(stages) for stages in TIERS), "a stage named twice"
 
 
 def test_no_import_cycles():
@@ -171,10 +171,17 @@ def test_no_submodule_imports_a_package_that_imports_it():
     assert not cycles(import_graph(own_submodules=True)), cycles(import_graph(own_submodules=True))
 
 
-def test_imports_go_down_the_layers():
-    """cli -> jobs -> stages -> core: a module imports its own layer or the ones below, never above."""
-    rank = {name: i for i, name in enumerate(LAYERS)}
-    upward = sorted((importer, target, layer(importer), layer(target))
-                    for importer, targets in import_graph().items() for target in targets
-                    if rank[layer(target)] > rank[layer(importer)] and (importer, target) not in ALLOWED_UPWARD)
-    assert not upward, "imports against the layering (importer, imported, their layers): " + repr(upward)
+def test_imports_go_down_the_stages():
+    """A module imports its own stage or a stage of a lower tier, never one beside it or above it."""
+    against = sorted((importer, target, stage(importer), stage(target))
+                     for importer, targets in import_graph().items() for target in targets
+                     if stage(target) != stage(importer) and tier(target) >= tier(importer)
+                     and (importer, target) not in ALLOWED_UPWARD)
+    assert not against, "imports against the stage order (importer, imported, their stages): " + repr(against)
+
+
+def test_the_order_is_the_one_a_spec_travels():
+    """The steps of `pipeline engine` come in the order the job runs them, each in a tier of its own."""
+    steps = ["download", "convert", "evaluate", "build", "render", "serve", "jobs", "cli"]
+    ranks = [tier(f"pipeline.{name}") for name in steps]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), ranks
