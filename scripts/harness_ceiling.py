@@ -25,8 +25,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # bench_fakes: test support, not in the wheel
 
-from pipeline.bench.fakes import word_tokenizer  # noqa: E402
+from bench_fakes import word_tokenizer  # noqa: E402
 from pipeline.bench.metrics import request_metrics  # noqa: E402
 from pipeline.bench.runner import Load, Runner  # noqa: E402
 from pipeline.bench.spec import Dist  # noqa: E402

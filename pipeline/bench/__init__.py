@@ -14,7 +14,7 @@ One room per concern:
   gates.py      SLO gates
   report.py     JSON, CSV and Markdown; plots.py the PNGs
   session.py    run_bench(spec): all of the above in order
-  fakes.py      a fake transport on virtual time and tiny tokenizers, for deterministic tests
+  (tests/bench_fakes.py: a fake transport on virtual time and tiny tokenizers, for deterministic tests)
 """
 
 from pipeline.bench.spec import BenchSpec, Dist, Slo, parse_slo

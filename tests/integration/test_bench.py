@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.fakes import word_tokenizer
+from bench_fakes import word_tokenizer
 from pipeline.cli import run
 from pipeline.serve import ServerSpec, start_server
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clients.triton import llm_generate
+from llm_stream import llm_generate
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clients.triton import LlmStream, llm_generate, llm_inputs, stop_inputs
+from llm_stream import LlmStream, llm_generate, llm_inputs, stop_inputs
 
 pytestmark = pytest.mark.server
 
@@ -142,7 +142,8 @@ def test_stop_for_an_unknown_id_says_so_and_disturbs_nothing(demo_server) -> Non
 
 _STREAMER = """
 import sys
-from pipeline.clients.triton import LlmStream, llm_inputs
+sys.path.insert(0, sys.argv[3])
+from llm_stream import LlmStream, llm_inputs
 url, n = sys.argv[1], int(sys.argv[2])
 stream = LlmStream(url)
 stream.send(llm_inputs(list(range(6000, 6016)), n, min_tokens=n), "goes-away")
@@ -158,7 +159,8 @@ def test_client_killed_mid_stream_frees_its_slot_and_blocks(demo_server) -> None
     bystander_ids = list(range(7000, 7012))
     expected = greedy_alone(url, bystander_ids, 24)
     cancelled_before = demo_server.log_file.read_text(errors="replace").count("ended (cancelled)")
-    child = subprocess.Popen([sys.executable, "-c", _STREAMER, url, "400"], stdout=subprocess.PIPE, text=True,
+    tests_dir = str(Path(__file__).resolve().parents[1])  # where llm_stream is
+    child = subprocess.Popen([sys.executable, "-c", _STREAMER, url, "400", tests_dir], stdout=subprocess.PIPE, text=True,
                              start_new_session=True)
     stream = LlmStream(url)
     try:

@@ -10,7 +10,7 @@ from pipeline.bench.metrics import level_summary, request_metrics
 from pipeline.bench.runner import Load, Runner
 from pipeline.bench.session import finish_level
 
-from pipeline.bench.fakes import FakeTransport, Script, VirtualTime, WhitespaceTokenizer, requests
+from bench_fakes import FakeTransport, Script, VirtualTime, WhitespaceTokenizer, requests
 
 
 def _runner(vt: VirtualTime, transport: FakeTransport, **kw) -> Runner:
@@ -114,7 +114,7 @@ def test_warmup_requests_are_sent_but_not_measured() -> None:
 def test_prefill_decode_sweep_reports_growth_and_the_chunked_context_hint() -> None:
     """TTFT quadratic in ISL, TPOT linear in context: the sweep's fits and the hint must say so."""
     from pipeline.bench.diagnosis import diagnose
-    from pipeline.bench.fakes import word_tokenizer
+    from bench_fakes import word_tokenizer
     from pipeline.bench.session import BenchResult, LevelDriver, measure
     from pipeline.bench.spec import BenchSpec, Dist
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.fakes import word_tokenizer
+from bench_fakes import word_tokenizer
 from pipeline.bench.spec import BenchSpec, Dist, parse_slo
 from pipeline.bench.transport import ModelInfo
 from pipeline.bench.workload import count_tokens, cycle, dataset_requests, synthetic_requests

@@ -172,7 +172,7 @@ def test_llmapi_streamed_text_is_cumulative() -> None:
 
 def test_bench_counts_the_servers_tokens_and_keeps_usage_untimed() -> None:
     """An OpenAI stream's usage event is no token: TTFT/TPOT come from text events only, OSL and ISL from usage."""
-    from pipeline.bench.fakes import VirtualTime, WhitespaceTokenizer, requests
+    from bench_fakes import VirtualTime, WhitespaceTokenizer, requests
     from pipeline.bench.runner import Load, Runner
     from pipeline.bench.session import finish_level
     from pipeline.bench.transport import Chunk, Usage
@@ -201,7 +201,7 @@ def test_bench_counts_the_servers_tokens_and_keeps_usage_untimed() -> None:
 
 
 def test_bench_replaces_cumulative_text() -> None:
-    from pipeline.bench.fakes import VirtualTime, requests
+    from bench_fakes import VirtualTime, requests
     from pipeline.bench.runner import Load, Runner
     from pipeline.bench.transport import Chunk
 
