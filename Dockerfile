@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The pipeline inside the pinned NGC Triton + TensorRT-LLM image: engines are built and served by the
-# same TensorRT / TensorRT-LLM they will run under (pipeline/versions.py pins the pairing).
+# same TensorRT / TensorRT-LLM they will run under (pipeline/core/versions.py pins the pairing).
 #
 #   docker build -t trtllm-pipeline:25.12 .                       (make image)
 #   docker run --gpus all -e HF_TOKEN -v "$PWD/build:/workspace/build" trtllm-pipeline:25.12 \
@@ -42,7 +42,7 @@ RUN apt-get update \
 # The venv is NOT put on PATH: `python3` stays the image's, so every NVIDIA process (trtllm-build,
 # trtllm-serve, mpirun, and the Python-backend stubs, which pick their interpreter from PATH) keeps
 # TensorRT-LLM's own transformers 4.57.1; the pipeline strips its venv from what it starts
-# (pipeline/tool_env.py) and adds it back only for the CPU reference runtime.
+# (pipeline/core/tool_env.py) and adds it back only for the CPU reference runtime.
 ENV PIPELINE_VENV=/opt/pipeline \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -87,11 +87,11 @@ plan: $(STAMP)
 plan-check: $(STAMP)
 	$(BIN)/python scripts/plan_vs_published.py --cv
 
-# The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/versions.py).
+# The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/core/versions.py).
 # Inside it, `make engine ...` runs the installed pipeline (the image sets MAKEFLAGS, no .venv is made).
 # profiles / doctor: which build profiles fit each GPU, and what this machine can run.
-TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
-TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/versions.py').read())[1])")
+TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
+TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
 IMAGE ?= trtllm-pipeline:$(TRITON_RELEASE)
 .PHONY: image image-test profiles doctor
 image:

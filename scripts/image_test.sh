@@ -20,8 +20,8 @@ if [ -n "$missing" ]; then
     exit 3
 fi
 
-release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/versions.py').read())[1])")"
-trtllm="$(python3 -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('$root/pipeline/versions.py').read())[1])")"
+release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
+trtllm="$(python3 -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
 image="trtllm-pipeline:$release"
 
 "$root/tests/image/make_base.sh" "$work"

@@ -1,6 +1,6 @@
 """The build stage: a TensorRT-LLM engine (trtllm-build) for a GPU, or the reference runtime's engine
 folder for the CPU, at build/<model>/engines/<profile-id>/ with a manifest. `--backend pytorch`
-(pipeline/engine/pytorch.py) writes a PyTorch-backend deployable there instead: no engine.
+(pipeline/build/pytorch.py) writes a PyTorch-backend deployable there instead: no engine.
 
 Input: a TensorRT-LLM checkpoint (`pipeline convert`) for GPUs; for `--gpu cpu` the HF folder
 (`pipeline download`) or a TensorRT-LLM checkpoint whose HF source is known (its manifest, or

@@ -1,4 +1,4 @@
-"""What both build backends share (pipeline/engine/__init__.py builds engines, pipeline/engine/pytorch.py
+"""What both build backends share (pipeline/build/__init__.py builds engines, pipeline/build/pytorch.py
 PyTorch-backend deployables): the plan's common fields, finding the model folder, the memory pre-check, the
 cache check and the manifest origin."""
 

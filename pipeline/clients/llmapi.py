@@ -1,4 +1,4 @@
-"""Serving a Triton LLM-API repository (pipeline/llmapi_repo.py): recognise one, and send it a request the
+"""Serving a Triton LLM-API repository (pipeline/render/llmapi.py): recognise one, and send it a request the
 way its contract asks (`text_input`, `streaming`, `sampling_param_max_tokens`, `return_finish_reason`), for the
 warm-up `pipeline serve` does before it reports ready and for the tests.
 

@@ -14,7 +14,7 @@ Shape:
 - the reference runtime (gpu `cpu`) renders too: no GPU resources, node affinity or toleration;
   its image must carry the pipeline's Python dependencies (pass --image). Its container has a CPU
   limit, passed to the runtime as PIPELINE_CPU_LIMIT (downward API) to size its torch threads.
-- the model store holds a bundle rendered for /models (pipeline/bundle.py; rendered or reused here
+- the model store holds a bundle rendered for /models (pipeline/render/bundle.py; rendered or reused here
   at build/<model>/bundles/<profile-id>/, or --bundle DIR): every path in its configs starts with
   /models, where every store puts it. Getting it there is generated too: a Dockerfile (FROM the
   pinned Triton image, the bundle at /models; the image store, and the PVC fill Job's source), a Job
@@ -29,7 +29,7 @@ Shape:
 One module per concern, each importing only those before it:
   spec        K8sSpec (validated once) and the shared names: ports, probe paths, /models, labels
   layout      plan_layout (Deployment or LeaderWorkerSet), Served, Ctx (one render's facts), pod sizing
-  containers  the serving container and its command (pipeline/commands.py), env, volumes, probes
+  containers  the serving container and its command (pipeline/serve/commands.py), env, volumes, probes
   stores      the model store: S3 sync, pvc wait, the Job that fills the claim
   workloads   Deployment / LeaderWorkerSet, pod spec, RBAC and launcher, Service, PDB, ServiceAccount
   monitoring  PodMonitor, recording rule, adapter rule, HPA, Grafana dashboard (pipeline/data/k8s/)

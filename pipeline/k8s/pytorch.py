@@ -5,7 +5,7 @@ HPA, monitoring, validation):
 - `--api triton`: tritonserver on the Triton LLM-API repository `pipeline render` makes of the
   deployable (tensorrt_llm/config.pbtxt + 1/model.yaml, backend: pytorch), rendered for /models. One
   tritonserver process: the LLM API starts its own tensor-parallel workers.
-- `--api openai`: `trtllm-serve` (pipeline/commands.py) on a bundle of the deployable itself:
+- `--api openai`: `trtllm-serve` (pipeline/serve/commands.py) on a bundle of the deployable itself:
   /models/model/ (hard links), /models/llm_api_options.yaml (the planner's options plus
   `return_perf_metrics: true`, without which trtllm-serve mounts no /prometheus/metrics) and a
   manifest.json naming the bundle, which the pvc/s3 stores' wait and sync scripts look for.

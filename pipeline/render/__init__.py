@@ -1,15 +1,15 @@
 """render: an engine folder -> a Triton model repository (preprocessing, tensorrt_llm, postprocessing,
 ensemble, tensorrt_llm_bls) from the Jinja templates in model_repo_templates/ (installed as the package
 pipeline.model_repo_templates; $PIPELINE_TEMPLATES_DIR overrides it). A PyTorch-backend deployable is
-rendered into NVIDIA's LLM-API layout instead (pipeline/llmapi_repo.py).
+rendered into NVIDIA's LLM-API layout instead (pipeline/render/llmapi.py).
 
-The repository is a bundle (pipeline/bundle.py): it holds the engine and the tokenizer too, and every
+The repository is a bundle (pipeline/render/bundle.py): it holds the engine and the tokenizer too, and every
 path in its configs starts with its model root (`--model-root`, default: the folder itself).
 
 Values the engine fixes (max_batch_size, beam width, tokenizer) come from the engine folder's
-config.json; operators choose the rest (RenderSpec, pipeline/render_spec.py). The template values are
-pipeline/render_context.py's. The repository is written to a temporary folder, checked there
-(pipeline/render_checks.py: protobuf, leftover template text, ensemble wiring, the pinned release's
+config.json; operators choose the rest (RenderSpec, pipeline/render/spec.py). The template values are
+pipeline/render/context.py's. The repository is written to a temporary folder, checked there
+(pipeline/render/checks.py: protobuf, leftover template text, ensemble wiring, the pinned release's
 contract tables; then the bundle's paths), and renamed into place only when every check passed.
 
 This module holds the stage itself: reading the engine folder, writing the five models, the manifest
@@ -52,7 +52,7 @@ def read_engine_config(engine: Path) -> dict:
 
 
 def render(spec: RenderSpec) -> RenderResult:
-    if looks_like_deployable(spec.engine):  # NVIDIA's LLM-API layout (pipeline/llmapi_repo.py)
+    if looks_like_deployable(spec.engine):  # NVIDIA's LLM-API layout (pipeline/render/llmapi.py)
         return render_llmapi(spec)
     if spec.runtime == "llmapi":
         raise InvalidInputError(f"--runtime llmapi renders a PyTorch-backend deployable; {spec.engine} is not one "

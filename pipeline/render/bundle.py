@@ -4,7 +4,7 @@
 way NVIDIA's tensorrtllm_backend examples lay out a repository (the engine in the `tensorrt_llm`
 model's version folder); for a PyTorch-backend deployable, the one LLM-API model with the deployable's
 files (model/, llm_api_options.yaml) in the same version folder, and model.yaml's `model` under ROOT
-(pipeline/llmapi_repo.py):
+(pipeline/render/llmapi.py):
 
     ROOT/manifest.json                      the render manifest; records model_root
     ROOT/{preprocessing,postprocessing,ensemble,tensorrt_llm_bls}/...

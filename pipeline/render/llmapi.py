@@ -1,5 +1,5 @@
 """render for a PyTorch-backend deployable: NVIDIA's Triton LLM-API layout (TensorRT-LLM
-triton_backend/all_models/llmapi/), as a self-contained bundle (pipeline/bundle.py):
+triton_backend/all_models/llmapi/), as a self-contained bundle (pipeline/render/bundle.py):
 
     ROOT/manifest.json                     the render manifest (model_root, checks)
     ROOT/tensorrt_llm/config.pbtxt         their tensor contract (pipeline/data/llmapi/contract.json)

@@ -4,7 +4,7 @@
   (`mpirun_command`, as tensorrtllm_backend's launch_triton_server.py): `pipeline serve` runs them here,
   `pipeline k8s render` writes them into the pods with the pod's ports and /models.
 - `trtllm-serve` on a PyTorch-backend deployable (`trtllm_serve_command`), spelled as the pinned
-  release's option table says (pipeline/trtllm_serve.py): `pipeline serve --api openai` on a GPU and the
+  release's option table says (pipeline/serve/trtllm_serve.py): `pipeline serve --api openai` on a GPU and the
   pods of `pipeline k8s render --api openai`.
 
 Pure functions of their arguments: nothing here finds binaries, resolves ports or starts processes.

@@ -1,6 +1,6 @@
 """`trtllm-serve`: TensorRT-LLM's OpenAI-compatible server, as the pinned release (1.1.0) spells it.
 
-The upstream facts its command line (pipeline/commands.py: `trtllm_serve_command`, for `pipeline serve
+The upstream facts its command line (pipeline/serve/commands.py: `trtllm_serve_command`, for `pipeline serve
 --api openai` on a GPU and the pods of `pipeline k8s render --api openai`) is checked against: the option
 table in pipeline/data/trtllm_serve_flags.tsv, the options of `serve` in 1.1.0's published CLI reference
 (v1.1.0 = NVIDIA/TensorRT-LLM @48b7b5d8; the table's header says how it was read).

@@ -8,7 +8,7 @@ running it: that it loads there is not run here).
   pretrained_config.logits_dtype: TensorRT-LLM tensorrt_llm/commands/build.py @008b2b8d passes it to
   build_model); the backend refuses logits requests when the two differ;
 - prefix caching is rendered on only where the engine was built with paged context FMHA, which the
-  build flags decide (pipeline/engine/flags.py) and the engine's plugin_config records;
+  build flags decide (pipeline/build/flags.py) and the engine's plugin_config records;
 - the BLS model runs a bounded number of Python stubs whatever the engine's max_batch_size.
 """
 

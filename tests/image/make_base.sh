@@ -27,7 +27,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 work="${1:?usage: make_base.sh WORKDIR}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/versions.py').read())[1])")"
+release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
 base="nvcr.io/nvidia/tritonserver:${release}-trtllm-python-py3"
 mkdir -p "$work"
 

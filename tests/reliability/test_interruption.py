@@ -209,7 +209,7 @@ def test_serve_ended_under_streams_leaves_no_process_and_no_shared_memory(demo_r
     orderly stop) of `pipeline serve`: within 15 s of its end no process it started is left
     (tritonserver, every Python-backend stub, the reaper), and no /dev/shm region of its stubs. Before the
     reaper, after kill -9 the tensorrt_llm stub stayed for good (parent init, SIGTERM ignored, its
-    watchdog waiting on the dead parent: pipeline/reaper.py), and so did its region."""
+    watchdog waiting on the dead parent: pipeline/core/reaper.py), and so did its region."""
     import threading
 
     from pipeline.clients.triton import GenerateRequest, generate

@@ -42,7 +42,7 @@ def _code_files() -> list[str]:
 
 def test_code_files_are_found() -> None:
     files = _code_files()
-    assert "pipeline/quantize.py" in files and len(files) >= 3
+    assert "pipeline/quantization/modelopt.py" in files and len(files) >= 3
 
 
 @pytest.mark.parametrize("rel", [pytest.param(f, marks=[pytest.mark.xfail(strict=True, reason=f"bug: {_IMPLICIT[f]} does not pass "

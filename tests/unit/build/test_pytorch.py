@@ -267,7 +267,7 @@ def test_engine_ids_do_not_change_and_backends_differ():
     engine = BuildProfile(model="m", model_revision="r1", runtime="tensorrtllm", gpu="h100-sxm", compute_capability="9.0",
                           quant="fp8", kv_cache="fp8", goal="throughput")
     cpu = BuildProfile(model="demo", model_revision="abc", runtime="reference", gpu="cpu", goal="latency")
-    # ids computed by pipeline/profiles.py before BuildProfile had a backend field (commit e4b14e9)
+    # ids computed by pipeline/build/profiles.py before BuildProfile had a backend field (commit e4b14e9)
     assert engine.id == "9c61e60c25ad" and cpu.id == "2d930491a505"
     torch, torch_cpu = engine.model_copy(update={"backend": "pytorch"}), cpu.model_copy(update={"backend": "pytorch"})
     assert torch.id != engine.id and torch_cpu.id != cpu.id
