@@ -38,7 +38,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.core.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
+from pipeline.core.artifacts import (
+    atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic,
+)
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.build.llm_args import check_options, source_commit

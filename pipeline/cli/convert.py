@@ -9,7 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.quantization.calibration import DEFAULT_CALIB_SIZE
-from pipeline.cli._options import DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
+from pipeline.cli._options import (
+    DeviceOpt, ForceOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options,
+)
 from pipeline.core.output import OUT
 from pipeline.core.reporting import OutputReporter
 

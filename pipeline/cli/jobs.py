@@ -6,7 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import BackendOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options
+from pipeline.cli._options import (
+    BackendOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options,
+)
 from pipeline.jobs import DemoSpec, JobStep, EngineJobSpec, require_demo_pass, run_demo, run_engine_job
 from pipeline.core.output import OUT, simple_table
 from pipeline.core.reporting import OutputReporter

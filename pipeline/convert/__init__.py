@@ -21,7 +21,10 @@ import time
 import warnings
 
 from pipeline.convert import hf_export
-from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, source_revision, write_json_atomic
+from pipeline.core.artifacts import (
+    MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json,
+    source_revision, write_json_atomic,
+)
 from pipeline.quantization.calibration import load_calibration
 from pipeline.convert.checkpoint_keys import preflight
 from pipeline.convert.checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NOT_EXPORTABLE: re-exported)

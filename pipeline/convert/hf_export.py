@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.core.artifacts import write_json_atomic
-from pipeline.core.deployable import HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, TRTLLM_FORMAT
+from pipeline.core.deployable import (
+    HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, TRTLLM_FORMAT,
+)
 from pipeline.core.errors import InvalidInputError, StageFailedError, UnsupportedError
 from pipeline.hf.compat import compatible_config, compatible_tokenizer_config, read_json_object
 from pipeline.core.quant import KvCacheFormat, QuantFormat

@@ -10,7 +10,9 @@ from typing import Any
 from pipeline.serve.commands import TritonLaunch, mpirun_command, trtllm_serve_command, tritonserver_command
 from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE
 from pipeline.k8s.layout import Ctx
-from pipeline.k8s.spec import DRAIN_SECONDS, GRPC_PORT, HTTP_PORT, LIVE_PATH, METRICS_PORT, MODEL_MOUNT, READY_PATH, RUN_AS
+from pipeline.k8s.spec import (
+    DRAIN_SECONDS, GRPC_PORT, HTTP_PORT, LIVE_PATH, METRICS_PORT, MODEL_MOUNT, READY_PATH, RUN_AS,
+)
 from pipeline.build.profiles import BuildProfile
 from pipeline.serve.trtllm_serve import HEALTH_PATH
 from pipeline.core.versions import TRITON_IMAGE

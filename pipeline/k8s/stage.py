@@ -10,7 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file, sha256_json
+from pipeline.core.artifacts import (
+    MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file,
+    sha256_json,
+)
 from pipeline.core.deployable import read_deployable
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import get_gpu

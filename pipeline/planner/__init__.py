@@ -17,12 +17,16 @@ from pipeline.planner.entry import PlanResult, PlanSpec, plan
 from pipeline.planner.memory import (DEFAULT_KV_FRACTION, GIB, RUNTIME_RESERVE_GIB, Alternative, MemoryPlan, activation_bytes,
                                      alternatives, bits_per_weight, kv_bytes_per_token, kv_heads_per_gpu, memory_plan,
                                      weight_bytes, weight_bytes_per_gpu)
-from pipeline.planner.published import compare_published, median_abs_pct_error, published_scenario, trtllm_bench_throughput
+from pipeline.planner.published import (
+    compare_published, median_abs_pct_error, published_scenario, trtllm_bench_throughput,
+)
 from pipeline.planner.rates import EFFICIENCY, Efficiency, compute_rate, hbm_bandwidth
 from pipeline.planner.recommend import recommend_build
 from pipeline.planner.scenario import GOALS, Goal, Scenario
 from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
-from pipeline.planner.timing import Prediction, StepLoad, StepTime, ThroughputEstimate, max_throughput, predict, prefill_time, step_time
+from pipeline.planner.timing import (
+    Prediction, StepLoad, StepTime, ThroughputEstimate, max_throughput, predict, prefill_time, step_time,
+)
 
 __all__ = [
     "DEFAULT_KV_FRACTION", "EFFICIENCY", "GIB", "GOALS", "RUNTIME_RESERVE_GIB", "Alternative", "Efficiency", "Goal",

@@ -15,7 +15,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError
-from pipeline.planner.memory import ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, weight_bytes_per_gpu
+from pipeline.planner.memory import (
+    ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, weight_bytes_per_gpu,
+)
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     link_bandwidth)
 from pipeline.planner.recommend import recommend

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from pipeline.render import bundle
 from pipeline import __version__ as PIPELINE_VERSION
-from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.core.artifacts import (
+    ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic,
+)
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.render.llmapi import looks_like_deployable, render_llmapi
 from pipeline.render.model_repo import RenderResult, Runtime, default_out_dir, templates_dir, templates_hash

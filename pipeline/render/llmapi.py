@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 from pipeline.render import bundle
-from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.core.artifacts import (
+    ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic,
+)
 from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.render.model_repo import (
