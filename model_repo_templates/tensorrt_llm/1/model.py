@@ -36,6 +36,7 @@ context_phase_params (disaggregated serving).
 import json
 import locale
 import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -108,6 +109,10 @@ class TritonPythonModel:
         if not logger.handlers:  # into the server log, through Triton's own logger
             logger.addHandler(_TritonLogHandler())
             logger.setLevel(logging.INFO)
+        import transformers  # which Python this stub embeds: the CPU runtime's needs the pipeline's packages
+
+        pb_utils.Logger.log_info(f"reference tensorrt_llm: python prefix {sys.prefix}, transformers "
+                                 f"{transformers.__version__}, executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})

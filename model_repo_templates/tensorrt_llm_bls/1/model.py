@@ -14,6 +14,7 @@ call run on those threads too, and execute returns when all have answered.
 
 import json
 import math
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -82,6 +83,12 @@ def check_sampling(request):
 
 class TritonPythonModel:
     def initialize(self, args):
+        try:  # which Python this stub embeds (the image's, never the pipeline's venv)
+            from transformers import __version__ as transformers_version
+        except ImportError:
+            transformers_version = "none"
+        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {transformers_version}, "
+                                 f"executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})
