@@ -67,3 +67,62 @@ def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
 
     answer = generate(llmapi_server.grpc_url, PROMPT, extra={"sampling_param_max_tokens": np.array([0], dtype=np.int32)})
     assert answer.error is not None and "sampling_param_max_tokens" in answer.error
+
+
+def test_streamed_text_never_holds_the_prompt(llmapi_server) -> None:
+    """As on a GPU (llmRequest.cpp @119c6e60 calculateNbTokensOut): exclude_input_from_output false keeps the
+    prompt in a whole answer only."""
+    from pipeline.serve_llmapi import generate
+
+    keep = {"sampling_param_exclude_input_from_output": np.array([False])}
+    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, extra=keep)
+    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, stream=True, extra=keep)
+    assert whole.error is None and streamed.error is None and whole.text.startswith(PROMPT)
+    assert streamed.text == whole.text[len(PROMPT):] and not any(PROMPT in text for text in streamed.texts)
+
+
+def test_without_streaming_a_stop_string_in_the_kept_prompt_ends_the_text(llmapi_server) -> None:
+    """The LLM API looks for stop strings in CompletionOutput.text, which holds the prompt when it is kept."""
+    from pipeline.serve_llmapi import generate
+
+    extra = {"sampling_param_exclude_input_from_output": np.array([False]),
+             "sampling_param_stop": np.array([b"capital"], dtype=np.object_)}
+    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, extra=extra)
+    assert whole.error is None and whole.text == "The " and whole.finish_reason == "stop"
+    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, stream=True, extra=extra)
+    assert streamed.error is None and "Paris" in streamed.text and streamed.finish_reason == "length"
+
+
+def test_a_cancelled_whole_request_frees_its_slot(llmapi_server) -> None:
+    """A client that gives up on a non-streamed request: the model's cancellation poll aborts the generation
+    within a few periods (the engine logs the release of its batch slot and KV blocks), long before its
+    max_tokens would end it."""
+    import re
+    import time
+    import uuid
+
+    import tritonclient.grpc as grpcclient
+
+    log = llmapi_server.log_file
+    before = len(re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace")))
+    client = grpcclient.InferenceServerClient(llmapi_server.grpc_url)
+    inputs = []
+    for name, array in (("text_input", np.array([PROMPT.encode()], dtype=np.object_)),
+                        ("streaming", np.array([False])), ("sampling_param_max_tokens", np.array([400], dtype=np.int32))):
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else
+                                       ("BOOL" if array.dtype == bool else "INT32"))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    client.start_stream(callback=lambda result, error: None)
+    client.async_stream_infer("tensorrt_llm", inputs, request_id=uuid.uuid4().hex[:12])
+    time.sleep(1.5)
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ended = [int(n) for n in re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace"))]
+        if len(ended) > before:
+            break
+        time.sleep(0.2)
+    assert len(ended) > before, "the cancelled request was not aborted within 10 s"
+    assert ended[-1] < 400

@@ -12,9 +12,9 @@ text in that case (it decodes all tokens so far and sends the new suffix).
 
 import json
 import sys
-from importlib import metadata
 
 import numpy as np
+import transformers
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
@@ -51,8 +51,9 @@ class ContinuationDecoder:
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"postprocessing: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        # which Python this stub embeds (the image's, never the pipeline's venv)
+        pb_utils.Logger.log_info(f"postprocessing: python prefix {sys.prefix}, transformers {transformers.__version__}, "
+                                 f"executable {sys.executable}")
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         tokenizer = AutoTokenizer.from_pretrained(parameters["tokenizer_dir"]["string_value"], trust_remote_code=False)

@@ -7,9 +7,9 @@ Needs only numpy, transformers and the Triton Python backend utilities.
 
 import json
 import sys
-from importlib import metadata
 
 import numpy as np
+import transformers
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
@@ -79,8 +79,9 @@ def _padded(sequences, pad_ids):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"preprocessing: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        # which Python this stub embeds (the image's, never the pipeline's venv)
+        pb_utils.Logger.log_info(f"preprocessing: python prefix {sys.prefix}, transformers {transformers.__version__}, "
+                                 f"executable {sys.executable}")
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         tokenizer_dir = parameters["tokenizer_dir"]["string_value"]

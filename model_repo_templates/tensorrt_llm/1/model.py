@@ -38,7 +38,6 @@ import locale
 import logging
 import sys
 import threading
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -100,8 +99,6 @@ def _scalar(request, name, cast, default=None, row=0):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"tensorrt_llm reference: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         # The stub's embedded interpreter starts in the C locale (ASCII file reads); ModelOpt, used for
         # simulated precisions, imports torch inductor, which reads UTF-8 templates at import time.
         try:
@@ -112,6 +109,10 @@ class TritonPythonModel:
         if not logger.handlers:  # into the server log, through Triton's own logger
             logger.addHandler(_TritonLogHandler())
             logger.setLevel(logging.INFO)
+        import transformers  # which Python this stub embeds: the CPU runtime's needs the pipeline's packages
+
+        pb_utils.Logger.log_info(f"reference tensorrt_llm: python prefix {sys.prefix}, transformers "
+                                 f"{transformers.__version__}, executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         try:  # the pipeline imported here must be the one that rendered this repository
             check_rendered_by(args["model_repository"])

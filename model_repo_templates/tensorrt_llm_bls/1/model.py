@@ -17,7 +17,6 @@ import math
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -84,8 +83,12 @@ def check_sampling(request):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        try:  # which Python this stub embeds (the image's, never the pipeline's venv)
+            from transformers import __version__ as transformers_version
+        except ImportError:
+            transformers_version = "none"
+        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {transformers_version}, "
+                                 f"executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})
