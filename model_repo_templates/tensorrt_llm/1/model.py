@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import TritonLogHandler  # beside this file in the rendered repository
 
 from pipeline.reference_runtime.engine import ReferenceEngine
 from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
@@ -107,7 +108,7 @@ class TritonPythonModel:
             pass
         logger = logging.getLogger("pipeline.reference_runtime")
         if not logger.handlers:  # into the server log, through Triton's own logger
-            logger.addHandler(_TritonLogHandler())
+            logger.addHandler(TritonLogHandler("reference_runtime: "))
             logger.setLevel(logging.INFO)
         import transformers  # which Python this stub embeds: the CPU runtime's needs the pipeline's packages
 
@@ -351,17 +352,6 @@ class TritonPythonModel:
     def finalize(self):
         self.metrics.close()
         self.engine.close()
-
-
-class _TritonLogHandler(logging.Handler):
-    def emit(self, record):
-        message = "reference_runtime: " + self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(message)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(message)
-        else:
-            pb_utils.Logger.log_info(message)
 
 
 class _BatchSender:

@@ -1,10 +1,11 @@
 """tensorrt_llm_bls: preprocessing -> tensorrt_llm -> postprocessing in one Python model.
 
 Written for this repository (tensor names follow NVIDIA's tensorrtllm_backend contract). Streaming
-text is exact: for every streamed chunk the tokens generated so far are decoded (through the
-postprocessing model) and only the new suffix is sent, holding back a trailing incomplete UTF-8
-character, so the joined chunks equal the non-streamed text, spaces and multi-byte characters
-included. accumulate_tokens=true sends the whole text so far in each chunk instead of the suffix.
+text is exact: for every streamed chunk the text so far is known incrementally (pipeline_model_support
+IncrementalText: only the last tokens are decoded, through the postprocessing model, never the whole sequence
+again) and only the new suffix is sent, holding back a trailing incomplete UTF-8 character, so the joined
+chunks equal the non-streamed text, spaces and multi-byte characters included. accumulate_tokens=true sends
+the whole text so far in each chunk instead of the suffix.
 Text models only: the multimodal inputs are declared for client compatibility and refused.
 In decoupled mode each instance serves up to `bls_concurrency` (the engine's max_batch_size) requests
 at once, each on a worker thread (execute returns at once and the thread sends the responses), so a
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import IncrementalText  # beside this file in the rendered repository
 
 _TRUE = {"true", "1", "t", "y", "yes"}
 _MULTIMODAL = ("image_input", "image_bytes_input", "image_url_input", "image_sizes_input", "video_bytes_input")
@@ -156,7 +158,7 @@ class TritonPythonModel:
             requested_output_names=["output_ids", "sequence_length", *_PASS_OUT],
         )
         # per batch entry (tensorrt_llm answers each entry of a request batch separately, with batch_index)
-        tokens, sent_text, last = {}, {}, {}
+        tokens, sent_text, last, texts = {}, {}, {}, {}
         # tensorrt_llm is rendered with the same transaction policy as this model
         responses = llm_request.exec(decoupled=True) if self.decoupled else [llm_request.exec()]
         for response in responses:
@@ -175,7 +177,7 @@ class TritonPythonModel:
             last[entry] = response
             if not streaming:
                 continue
-            text = self._detokenize(tokens[entry])
+            text = texts.setdefault(entry, IncrementalText(self._detokenize)).value(tokens[entry])
             if text.endswith("\ufffd"):  # an incomplete character: wait for its next bytes
                 continue
             delta = self._delta(text, sent_text.get(entry, ""), mid_stream=True)
@@ -184,7 +186,7 @@ class TritonPythonModel:
                 sent_text[entry] = text
         finals = []
         for entry in sorted(tokens) or [0]:
-            text = self._detokenize(tokens.get(entry, []))
+            text = texts[entry].value(tokens[entry]) if entry in texts else self._detokenize(tokens.get(entry, []))
             piece = text if not streaming else self._delta(text, sent_text.get(entry, ""))
             if piece or not streaming:
                 finals.append(self._text_response(piece, last.get(entry)))

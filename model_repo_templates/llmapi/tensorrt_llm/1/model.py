@@ -46,6 +46,7 @@ from functools import partial
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
+from pipeline_model_support import IncrementalText, TritonLogHandler  # beside this file, rendered with it
 
 MODEL_YAML = "model.yaml"
 LOG = logging.getLogger("pipeline.llmapi_model")
@@ -275,8 +276,8 @@ class TritonPythonModel:
 
     def initialize(self, args):
         logger = logging.getLogger("pipeline")
-        if not any(isinstance(h, _TritonLogHandler) for h in logger.handlers):  # into the server log
-            logger.addHandler(_TritonLogHandler())
+        if not any(isinstance(h, TritonLogHandler) for h in logger.handlers):  # into the server log
+            logger.addHandler(TritonLogHandler())
             logger.setLevel(logging.INFO)
         try:  # which Python this stub embeds (the image's, never the pipeline's venv, on a GPU)
             from transformers import __version__ as transformers_version
@@ -429,8 +430,9 @@ class _ReferenceEngine:
         lock = threading.Lock()
         tokens_per_block = self.limits.tokens_per_block
 
-        def decode(ids):
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        # on the engine's one dispatcher thread, which every stream shares: each token decodes a window of the
+        # last tokens (IncrementalText), never the whole output again
+        decode = IncrementalText(partial(self.tokenizer.decode, skip_special_tokens=True)).value
 
         def perf(event):
             blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
@@ -596,14 +598,3 @@ class _CountedSender:
                     ended, self.open = self.open, False
                 if ended:
                     self.in_flight.add(-1)
-
-
-class _TritonLogHandler(logging.Handler):
-    def emit(self, record):
-        message = self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(message)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(message)
-        else:
-            pb_utils.Logger.log_info(message)
