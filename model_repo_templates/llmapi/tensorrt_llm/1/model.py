@@ -493,14 +493,21 @@ class _LlmApiEngine:
         self.thread = threading.Thread(target=self.loop.run_forever, name="llmapi-loop", daemon=True)
         self.thread.start()
         self.handles = {}  # handle -> RequestOutput, touched on the loop thread only
-        self.aborted = set()  # aborted before generate_async started
+        self.aborted = set()  # aborted before generate_async started (loop thread only)
+        # handles submitted and not ended; under `lock`. An abort of a handle that is not here (its request
+        # ended while the abort was on its way: the responder polls a request until its final response is
+        # sent) is dropped, so `aborted` never keeps a handle no _run will take out again.
+        self.live = set()
+        self.lock = threading.Lock()
         self.ids = iter(range(1, 1 << 62))
 
     def submit(self, job, emit, fail):
         from tensorrt_llm import SamplingParams
 
         params = SamplingParams(**job.sampling_kwargs())
-        handle = next(self.ids)
+        with self.lock:
+            handle = next(self.ids)
+            self.live.add(handle)
         future = asyncio.run_coroutine_threadsafe(self._run(handle, job, params, emit, fail), self.loop)
         future.add_done_callback(lambda f: not f.cancelled() and f.exception() and fail(str(f.exception())))
         return handle
@@ -520,6 +527,8 @@ class _LlmApiEngine:
         except Exception as error:  # noqa: BLE001 - the client gets it
             fail(str(error))
         finally:
+            with self.lock:
+                self.live.discard(handle)
             self.handles.pop(handle, None)
             self.aborted.discard(handle)
 
@@ -528,10 +537,12 @@ class _LlmApiEngine:
 
     def _abort(self, handle):
         result = self.handles.get(handle)
-        if result is None:
-            self.aborted.add(handle)
-        else:
+        if result is not None:
             result.abort()
+            return
+        with self.lock:
+            if handle in self.live:  # submitted, generate_async not started yet: _run aborts it when it does
+                self.aborted.add(handle)
 
     def close(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
