@@ -45,6 +45,7 @@ import triton_python_backend_utils as pb_utils
 from pipeline_model_support import TritonLogHandler  # beside this file in the rendered repository
 
 from pipeline.reference_runtime.engine import ReferenceEngine
+from pipeline.reference_runtime.internals import TransformersInternalsError
 from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, check_rendered_by, read_settings
@@ -152,7 +153,7 @@ class TritonPythonModel:
         try:
             self.engine = ReferenceEngine(engine_dir / "model", limits,
                                           simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except KvCacheError as error:
+        except (KvCacheError, TransformersInternalsError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse an id:
         # every request is served, and a stop cancels every running request that carries the id.

@@ -374,6 +374,7 @@ class _ReferenceEngine:
         from transformers import AutoTokenizer
 
         from pipeline.reference_runtime.engine import ReferenceEngine
+        from pipeline.reference_runtime.internals import TransformersInternalsError
         from pipeline.reference_runtime.kv_cache import KvCacheError
         from pipeline.reference_runtime.settings import limits_from_llm_options
 
@@ -391,7 +392,7 @@ class _ReferenceEngine:
         try:
             self.engine = ReferenceEngine(model_dir, self.limits, simulated_quant=(
                 simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except KvCacheError as error:
+        except (KvCacheError, TransformersInternalsError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         self.warned = set()
         self.warned_lock = threading.Lock()
