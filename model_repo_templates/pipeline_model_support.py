@@ -84,3 +84,9 @@ class IncrementalText:
             self.text = self.decode(ids)
         self.prefix, self.read = self.read, len(ids)
         return self.text
+
+    def final(self, ids):
+        """The text of a sequence that has ended: value(ids), or, should it end in an incomplete character,
+        decode(ids) itself (what a tokenizer writes for those bytes is its own; decoded whole, once)."""
+        text = self.value(ids)
+        return self.decode(list(ids)) if text.endswith(_INCOMPLETE) else text

@@ -48,7 +48,8 @@ def bls(monkeypatch):
 
 def _model(bls, concurrency):
     model = bls.TritonPythonModel()
-    model.initialize({"model_config": json.dumps({"parameters": {"bls_concurrency": {"string_value": str(concurrency)}}})})
+    parameters = {"bls_concurrency": {"string_value": str(concurrency)}}
+    model.initialize({"model_config": json.dumps({"parameters": parameters})})
     return model
 
 

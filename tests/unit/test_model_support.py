@@ -32,8 +32,8 @@ def tokenizer():
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}}
-    for piece in ("▁", "▁Hello", "▁world", ",", "▁ça", "▁va", "?", "▁und", "▁end", "H", "e", "l", "o", "w",
-                  "r", "d", "a", "x", "y", "t", "s", "p", "c", "n", "u", "G", "ß"):
+    pieces = ("▁", "▁Hello", "▁world", ",", "▁ça", "▁va", "?", "▁und", "▁end", *"HelowrdaxytspcnuGß")
+    for piece in pieces:
         vocab.setdefault(piece, len(vocab))
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
     backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
@@ -61,6 +61,11 @@ def test_incremental_text_equals_a_full_decode_after_every_token(tokenizer) -> N
                 assert got == full, (text, n)
                 complete += 1
         assert got == text and complete > len(ids) // 2
+        for n in range(1, len(ids) + 1):  # a sequence that ends, mid-character or not: exactly a full decode
+            ended = support.IncrementalText(tokenizer.decode)
+            for m in range(1, n):
+                ended.value(ids[:m])
+            assert ended.final(ids[:n]) == tokenizer.decode(ids[:n]), (text, n)
         assert max(windows) <= 8 < len(ids)  # a window of the last tokens, never the whole sequence again
 
 

@@ -7,7 +7,7 @@ tokenizers) and a whole output decodes to the same text as its chunks joined.
 
 Limit: this model is stateless, so a character whose UTF-8 bytes span two streamed chunks cannot be
 joined here; such a chunk ends (or starts) with U+FFFD. The tensorrt_llm_bls model streams exact
-text in that case (it decodes all tokens so far and sends the new suffix).
+text in that case (it keeps the text so far, decoding the last tokens incrementally, and sends the new suffix).
 """
 
 import json

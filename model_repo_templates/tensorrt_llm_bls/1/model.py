@@ -203,7 +203,7 @@ class TritonPythonModel:
                 sent_text[entry] = text
         finals = []
         for entry in sorted(tokens) or [0]:
-            text = texts[entry].value(tokens[entry]) if entry in texts else self._detokenize(tokens.get(entry, []))
+            text = texts[entry].final(tokens[entry]) if entry in texts else self._detokenize(tokens.get(entry, []))
             piece = text if not streaming else self._delta(text, sent_text.get(entry, ""))
             if piece or not streaming:
                 finals.append(self._text_response(piece, last.get(entry)))

@@ -433,7 +433,7 @@ class _ReferenceEngine:
 
         # on the engine's one dispatcher thread, which every stream shares: each token decodes a window of the
         # last tokens (IncrementalText), never the whole output again
-        decode = IncrementalText(partial(self.tokenizer.decode, skip_special_tokens=True)).value
+        text = IncrementalText(partial(self.tokenizer.decode, skip_special_tokens=True))
 
         def perf(event):
             blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
@@ -450,7 +450,7 @@ class _ReferenceEngine:
                 fail(event.error)
                 return
             reason = FINISH_REASONS.get(event.finish_reason, event.finish_reason) if event.finished else None
-            done = completion(decode, rules, prompt_ids, event.tokens, reason)
+            done = completion(text.final if event.finished else text.value, rules, prompt_ids, event.tokens, reason)
             if not done.finished and not job.streaming:
                 return
             state["ended"] = done.finished
