@@ -19,7 +19,6 @@ and the result.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -28,7 +27,8 @@ from pipeline import __version__ as PIPELINE_VERSION
 from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
-from pipeline.model_repo import RenderResult, Runtime, default_out_dir, templates_dir, templates_hash
+from pipeline.model_repo import (RenderResult, Runtime, copy_python_model, default_out_dir, templates_dir,
+                                 templates_hash)
 from pipeline.profiles import check_engine_compatible
 from pipeline.render_checks import check_repository
 from pipeline.render_context import engine_features, template_context
@@ -148,7 +148,7 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
         (target / "config.pbtxt").write_text(text, encoding="utf-8")
         model_py = source / "1" / "model.py"
         if model_py.is_file() and not (model == "tensorrt_llm" and runtime == "tensorrtllm"):
-            shutil.copy2(model_py, target / "1" / "model.py")
+            copy_python_model(templates, model_py, target / "1")
 
 
 def _engine_profile(engine: Path) -> dict | None:

@@ -1,6 +1,8 @@
 """CompletionOutput.text as TensorRT-LLM 1.1's LLM API makes it, for the reference runtime behind the Triton
 LLM-API contract (model_repo_templates/llmapi/tensorrt_llm/1/model.py): which tokens the text is decoded from,
-and where a stop string ends it. Pure functions over token ids and a decode function.
+and where a stop string ends it. Pure functions over token ids and a decode function; the model passes one that
+decodes incrementally (model_repo_templates/pipeline_model_support.py IncrementalText), as every call but the
+last decodes the generated tokens, one more each time.
 
 What the GPU does (NVIDIA/TensorRT-LLM):
 - the tokens a response carries: cpp/tensorrt_llm/batch_manager/llmRequest.cpp @119c6e60, createResult's

@@ -27,10 +27,12 @@ def template():
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = types.ModuleType("triton_python_backend_utils")
     try:
+        sys.path.insert(0, str(ROOT / "model_repo_templates"))  # its pipeline_model_support, as rendered beside it
         spec = importlib.util.spec_from_file_location("llmapi_model_template", TEMPLATE)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
+        sys.path.remove(str(ROOT / "model_repo_templates"))
         if saved is None:
             sys.modules.pop("triton_python_backend_utils", None)
         else:

@@ -11,19 +11,9 @@ import sys
 import numpy as np
 import transformers
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import flag  # beside this file in the rendered repository
 from transformers import AutoTokenizer
 
-_TRUE = {"true", "1", "t", "y", "yes"}
-_FALSE = {"false", "0", "f", "n", "no"}
-
-
-def _flag(parameters, key, default):
-    value = str(parameters.get(key, {}).get("string_value", "")).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    return default
 
 
 def _rows(request, name, batch):
@@ -85,7 +75,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         tokenizer_dir = parameters["tokenizer_dir"]["string_value"]
-        self.add_special_tokens = _flag(parameters, "add_special_tokens", True)
+        self.add_special_tokens = flag(parameters, "add_special_tokens", True)
         # the engine's prompt limit, enforced here so an over-long prompt never reaches tensorrt_llm (0: none)
         self.max_input_len = int(parameters.get("max_input_len", {}).get("string_value") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)

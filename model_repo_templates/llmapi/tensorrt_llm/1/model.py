@@ -46,6 +46,7 @@ from functools import partial
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
+from pipeline_model_support import IncrementalText, TritonLogHandler  # beside this file, rendered with it
 
 MODEL_YAML = "model.yaml"
 LOG = logging.getLogger("pipeline.llmapi_model")
@@ -275,8 +276,8 @@ class TritonPythonModel:
 
     def initialize(self, args):
         logger = logging.getLogger("pipeline")
-        if not any(isinstance(h, _TritonLogHandler) for h in logger.handlers):  # into the server log
-            logger.addHandler(_TritonLogHandler())
+        if not any(isinstance(h, TritonLogHandler) for h in logger.handlers):  # into the server log
+            logger.addHandler(TritonLogHandler())
             logger.setLevel(logging.INFO)
         try:  # which Python this stub embeds (the image's, never the pipeline's venv, on a GPU)
             from transformers import __version__ as transformers_version
@@ -373,6 +374,7 @@ class _ReferenceEngine:
         from transformers import AutoTokenizer
 
         from pipeline.reference_runtime.engine import ReferenceEngine
+        from pipeline.reference_runtime.internals import TransformersInternalsError
         from pipeline.reference_runtime.kv_cache import KvCacheError
         from pipeline.reference_runtime.settings import limits_from_llm_options
 
@@ -390,7 +392,7 @@ class _ReferenceEngine:
         try:
             self.engine = ReferenceEngine(model_dir, self.limits, simulated_quant=(
                 simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except KvCacheError as error:
+        except (KvCacheError, TransformersInternalsError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         self.warned = set()
         self.warned_lock = threading.Lock()
@@ -429,8 +431,9 @@ class _ReferenceEngine:
         lock = threading.Lock()
         tokens_per_block = self.limits.tokens_per_block
 
-        def decode(ids):
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        # on the engine's one dispatcher thread, which every stream shares: each token decodes a window of the
+        # last tokens (IncrementalText), never the whole output again
+        text = IncrementalText(partial(self.tokenizer.decode, skip_special_tokens=True))
 
         def perf(event):
             blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
@@ -447,7 +450,7 @@ class _ReferenceEngine:
                 fail(event.error)
                 return
             reason = FINISH_REASONS.get(event.finish_reason, event.finish_reason) if event.finished else None
-            done = completion(decode, rules, prompt_ids, event.tokens, reason)
+            done = completion(text.final if event.finished else text.value, rules, prompt_ids, event.tokens, reason)
             if not done.finished and not job.streaming:
                 return
             state["ended"] = done.finished
@@ -491,14 +494,21 @@ class _LlmApiEngine:
         self.thread = threading.Thread(target=self.loop.run_forever, name="llmapi-loop", daemon=True)
         self.thread.start()
         self.handles = {}  # handle -> RequestOutput, touched on the loop thread only
-        self.aborted = set()  # aborted before generate_async started
+        self.aborted = set()  # aborted before generate_async started (loop thread only)
+        # handles submitted and not ended; under `lock`. An abort of a handle that is not here (its request
+        # ended while the abort was on its way: the responder polls a request until its final response is
+        # sent) is dropped, so `aborted` never keeps a handle no _run will take out again.
+        self.live = set()
+        self.lock = threading.Lock()
         self.ids = iter(range(1, 1 << 62))
 
     def submit(self, job, emit, fail):
         from tensorrt_llm import SamplingParams
 
         params = SamplingParams(**job.sampling_kwargs())
-        handle = next(self.ids)
+        with self.lock:
+            handle = next(self.ids)
+            self.live.add(handle)
         future = asyncio.run_coroutine_threadsafe(self._run(handle, job, params, emit, fail), self.loop)
         future.add_done_callback(lambda f: not f.cancelled() and f.exception() and fail(str(f.exception())))
         return handle
@@ -518,6 +528,8 @@ class _LlmApiEngine:
         except Exception as error:  # noqa: BLE001 - the client gets it
             fail(str(error))
         finally:
+            with self.lock:
+                self.live.discard(handle)
             self.handles.pop(handle, None)
             self.aborted.discard(handle)
 
@@ -526,10 +538,12 @@ class _LlmApiEngine:
 
     def _abort(self, handle):
         result = self.handles.get(handle)
-        if result is None:
-            self.aborted.add(handle)
-        else:
+        if result is not None:
             result.abort()
+            return
+        with self.lock:
+            if handle in self.live:  # submitted, generate_async not started yet: _run aborts it when it does
+                self.aborted.add(handle)
 
     def close(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -596,14 +610,3 @@ class _CountedSender:
                     ended, self.open = self.open, False
                 if ended:
                     self.in_flight.add(-1)
-
-
-class _TritonLogHandler(logging.Handler):
-    def emit(self, record):
-        message = self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(message)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(message)
-        else:
-            pb_utils.Logger.log_info(message)
