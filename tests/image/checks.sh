@@ -40,7 +40,7 @@ serve() {
     pipeline serve "$@" --json --log-file "$out/$name.server.log" > "$out/$name.serve.log" 2>&1 &
     local pid=$! ready=0
     for _ in $(seq 1 240); do
-        if grep -q '"log_file"' "$out/$name.serve.log"; then ready=1; break; fi
+        if grep -q '"log_file"' "$out/$name.serve.log" 2> /dev/null; then ready=1; break; fi
         kill -0 "$pid" 2> /dev/null || break
         sleep 1
     done
