@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.client import GenerateRequest, build_inputs
-from pipeline.smoke import _pick_stop_word
+from pipeline.smoke_checks import _pick_stop_word
 
 
 def _by_name(request: GenerateRequest) -> dict:
