@@ -245,14 +245,16 @@ def refuse_bad_skips(checks: list[Check], skip: tuple[str, ...]) -> None:
         raise InvalidInputError(f"--skip names no smoke check of this server: {', '.join(unknown)}.",
                                 hint=f"Its checks: {', '.join(names)}.")
     provider = {what: c.name for c in checks for what in c.provides}
-    missing_by = {what: provider[what] for what in provider if provider[what] in skip}
-    for check in checks:
-        starved = [what for what in check.needs if what in missing_by]
-        if check.name not in skip and starved:
-            raise InvalidInputError(
-                f"--skip {missing_by[starved[0]]} leaves the check {check.name!r} without what it needs: "
-                + ", ".join(f"{what} (from {missing_by[what]})" for what in starved) + ".",
-                hint=f"Also skip {check.name}, or do not skip {missing_by[starved[0]]}.")
+    gone = {what: name for what, name in provider.items() if name in skip}
+    starved = {c.name: [what for what in c.needs if what in gone] for c in checks if c.name not in skip}
+    starved = {name: needs for name, needs in starved.items() if needs}
+    if starved:
+        skipped = sorted({gone[what] for needs in starved.values() for what in needs})
+        raise InvalidInputError(
+            f"--skip {', '.join(skipped)} leaves checks without what they need: " + "; ".join(
+                f"{name!r} needs {', '.join(f'{what} (from {gone[what]})' for what in needs)}"
+                for name, needs in starved.items()) + ".",
+            hint=f"Also skip {', '.join(starved)}, or do not skip {', '.join(skipped)}.")
     if not [c for c in checks if c.name not in skip]:
         raise InvalidInputError("--skip leaves no smoke check to run: a run that checks nothing cannot pass.",
                                 hint="Skip fewer checks.")

@@ -64,3 +64,8 @@ def test_a_skip_that_names_no_check_is_refused():
 
 def test_the_skips_the_readme_names_for_transformers_serve_are_accepted():
     refuse_bad_skips(plan(OPENAI), ("stop_word", "too_long_prompt"))
+
+
+def test_the_skips_the_openai_integration_tests_use_are_accepted():
+    refuse_bad_skips(plan(OPENAI), ("greedy", "streaming", "max_tokens", "stop_word", "concurrent_8", "too_long_prompt"))
+    refuse_bad_skips(plan(OPENAI), ("metadata", "greedy", "streaming", "max_tokens", "stop_word", "concurrent_8"))
