@@ -201,6 +201,11 @@ def is_decoupled(client, model: str) -> bool:
     return decoupled(model)
 
 
+def error_text(error) -> str:
+    """What a stream callback's error says (tritonclient's InferenceServerException has message())."""
+    return error.message() if callable(getattr(error, "message", None)) else str(error)
+
+
 def is_final(result) -> bool:
     """True for the response that ends a decoupled stream."""
     parameters = result.get_response().parameters
@@ -263,7 +268,7 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
             if response is None and error is None:  # the request never left
                 break
             if error is not None:
-                result.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+                result.error = error_text(error)
                 break
             before = result.responses
             collect(response, result, raw)
@@ -342,7 +347,7 @@ class LlmStream:
         result, error = self.events.get(timeout=timeout_s)
         chunk = LlmResult()
         if error is not None:
-            chunk.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+            chunk.error = error_text(error)
         else:
             _add_llm_response(result, chunk)
         return chunk
@@ -354,7 +359,7 @@ class LlmStream:
         while True:
             result, error = self.events.get(timeout=timeout_s)
             if error is not None:
-                collected.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+                collected.error = error_text(error)
                 return collected
             _add_llm_response(result, collected)
             if is_final(result):
