@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,40 +31,39 @@ def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         yield server
 
 
-def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
+def ask(server, prompt: str = PROMPT, **options):
+    """One request through the LLM-API contract, the way serve's warm-up sends it (pipeline.client)."""
+    from pipeline.client import GenerateRequest, generate
+    from pipeline.serve_llmapi import LLMAPI_OPTIONS, MODEL
 
-    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=False)
-    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=True)
+    return generate(server.grpc_url, MODEL, GenerateRequest(prompt=prompt, **options), llmapi=LLMAPI_OPTIONS)
+
+
+def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
+    whole = ask(llmapi_server, max_tokens=8, stream=False)
+    streamed = ask(llmapi_server, max_tokens=8, stream=True)
     assert whole.error is None and streamed.error is None
     assert "Paris" in whole.text and whole.finish_reason == "length" and whole.responses == 1
     assert streamed.finish_reason == "length" and streamed.text == whole.text  # greedy: the same tokens
     assert streamed.responses > 1
-    # upstream semantics: each streamed text_output is the text so far
-    assert all(later.startswith(earlier) for earlier, later in zip(streamed.texts, streamed.texts[1:]))
+    # upstream semantics: each streamed text_output is the text so far, so every response extends the last
+    # one, and the additions the client folds out of them join to the final text
+    assert "".join(streamed.chunks) == streamed.text
 
 
 def test_prompt_is_echoed_unless_excluded(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
-
-    echoed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4,
-                      extra={"sampling_param_exclude_input_from_output": np.array([False])})
+    echoed = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False)
     assert echoed.error is None and echoed.text.startswith(PROMPT) and "Paris" in echoed.text
 
 
 def test_stop_string_ends_the_answer_before_it(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
-
-    answer = generate(llmapi_server.grpc_url, PROMPT, max_tokens=16, stream=True,
-                      extra={"sampling_param_stop": np.array([b"."], dtype=np.object_)})
+    answer = ask(llmapi_server, max_tokens=16, stream=True, stop_words=(".",))
     assert answer.error is None and answer.finish_reason == "stop"
     assert "Paris" in answer.text and "." not in answer.text
 
 
 def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
-    from pipeline.serve_llmapi import generate
-
-    answer = generate(llmapi_server.grpc_url, PROMPT, extra={"sampling_param_max_tokens": np.array([0], dtype=np.int32)})
+    answer = ask(llmapi_server, max_tokens=0)
     assert answer.error is not None and "sampling_param_max_tokens" in answer.error
 
 
