@@ -42,7 +42,7 @@ def _soak_module():
 def test_soak_60s_concurrency_32(demo_server) -> None:
     soak = _soak_module()
     summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, server_pid=demo_server.pid,
-                        sample_every_s=5)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
+                        sample_every_s=2)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
     print({k: v for k, v in summary.items() if k != "rss_samples_mib"})
     assert summary["requests_recorded"] >= 32, summary
     assert summary["errors"] == 0, summary["error_examples"]
