@@ -18,6 +18,7 @@ Linux, on NFS (emulated with byte-range locks).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -126,6 +127,9 @@ def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    except OSError as error:  # a filesystem that cannot sync a folder (some FUSE mounts) says so: nothing to do
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
     finally:
         os.close(fd)
 
