@@ -132,7 +132,7 @@ def test_cpu_refusals(build_root, capsys):
 
 
 @pytest.mark.slow
-def test_demo_engine_loads_with_transformers_and_cache_hit_is_fast(demo_hf_dir, tmp_path, monkeypatch, capsys):
+def test_demo_engine_loads_with_transformers_and_cache_hit_writes_nothing(demo_hf_dir, tmp_path, monkeypatch, capsys):
     """The real demo checkpoint: the engine folder's model/ and tokenizer/ load as they are."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -147,10 +147,9 @@ def test_demo_engine_loads_with_transformers_and_cache_hit_is_fast(demo_hf_dir, 
     assert run(argv) == 0
     again_s = time.perf_counter() - started
     again = json.loads(capsys.readouterr().out)
-    # fast because nothing is redone: no file written again, and a fraction of the build's own time (a
-    # ratio, so a busy machine slows both alike)
+    # a cache hit redoes nothing: no file written again. Not a time bound: the reference build hard-links the
+    # weights, so it takes about as long as the check (0.6 s each on 2 busy cores) and no ratio tells them apart
     assert again["cached"] and not first["cached"] and _mtimes(Path(again["engine_dir"])) == written
-    assert again_s < first_s / 2, f"cache hit {again_s:.2f} s, build {first_s:.2f} s"
     print(f"reference build: first {first_s:.2f} s, cache hit {again_s:.2f} s")
     engine = Path(first["engine_dir"])
     tokenizer = AutoTokenizer.from_pretrained(engine / "tokenizer")
