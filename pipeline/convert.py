@@ -21,7 +21,7 @@ import time
 import warnings
 
 from pipeline import hf_export
-from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json, write_json_atomic
+from pipeline.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, reusable, read_manifest, sha256_json, write_json_atomic
 from pipeline.calibration import load_calibration
 from pipeline.checkpoint_keys import preflight
 from pipeline.convert_checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NOT_EXPORTABLE: re-exported)
@@ -65,7 +65,7 @@ def convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertResult:
     (silent by default), and so do those of the download it may start."""
     started = time.time()
     plan = plan_convert(spec, reporter)
-    if not spec.force and is_up_to_date(plan.out, plan.inputs_hash):
+    if not spec.force and reusable(plan.out, plan.inputs_hash):
         return convert_result(plan, read_manifest(plan.out) or {}, skipped=True, started=started)
 
     placement = check_resources(plan, spec)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from pipeline import bundle
-from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, reusable, sha256_json, write_json_atomic
 from pipeline.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.model_repo import (
@@ -117,7 +117,7 @@ def render_llmapi(spec):
                             tokenizer=folder / MODEL_SUBDIR, checks=checks, notes=notes, reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
-    if not spec.force and is_up_to_date(out, inputs_hash):
+    if not spec.force and reusable(out, inputs_hash):
         return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_llmapi_repository(templates, tmp, context)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipeline import bundle
 from pipeline import __version__ as PIPELINE_VERSION
-from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic
+from pipeline.artifacts import ArtifactOrigin, atomic_dir, build_manifest, reusable, sha256_json, write_json_atomic
 from pipeline.errors import InvalidInputError, StageFailedError
 from pipeline.llmapi_repo import looks_like_deployable, render_llmapi
 from pipeline.model_repo import (RenderResult, Runtime, copy_python_model, default_out_dir, templates_dir,
@@ -105,7 +105,7 @@ def render(spec: RenderSpec) -> RenderResult:
                             engine=engine, tokenizer=tokenizer, checks=checks, notes=features.notes, reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
-    if not spec.force and is_up_to_date(out, inputs_hash):
+    if not spec.force and reusable(out, inputs_hash):
         return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)

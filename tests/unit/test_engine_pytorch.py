@@ -125,8 +125,8 @@ def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoi
 
 def test_cpu_deployable_model_loads_with_transformers(build_root):
     """model/ of a --gpu cpu deployable is what transformers loads on the CPU (the reference runtime's loader)."""
-    transformers = pytest.importorskip("transformers")
     import torch
+    import transformers
 
     hf = build_root / "tiny" / "hf"
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
