@@ -105,11 +105,11 @@ SERVE_RAM_OVERHEAD_BYTES = 2 << 30  # tritonserver and its Python stubs beside t
 
 def reference_shape(size: ReferenceSize) -> Any:
     name, hidden, mlp, layers, heads, kv, vocab, tied = size
-    from pipeline.planner import ModelSpec
+    from pipeline.planner import model_spec_from_dict
 
-    return ModelSpec(name=name, model_type="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
-                     num_kv_heads=kv, head_dim=hidden // heads, intermediate_size=mlp, vocab_size=vocab,
-                     tie_word_embeddings=tied)
+    return model_spec_from_dict({"model_type": "llama", "hidden_size": hidden, "intermediate_size": mlp,
+                                 "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+                                 "vocab_size": vocab, "tie_word_embeddings": tied}, name)
 
 
 def size_verdicts(here: Any, gpus: list[GpuFound]) -> list[SizeVerdict]:

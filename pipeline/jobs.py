@@ -220,7 +220,7 @@ def plan_input(source: str, scratch: Path) -> tuple[Path, str, str]:
     from transformers import AutoConfig
 
     gguf = Path(parsed.location)
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name).to_dict()
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False).to_dict()
     config.pop("quantization_config", None)  # the plan's precision is --quant; the GGUF's own is not carried over
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return scratch, parsed.model, f"{parsed.display} (GGUF metadata)"

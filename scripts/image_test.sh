@@ -4,10 +4,15 @@
 # inside the image as uid 10001. Needs root, buildah and debootstrap (`.ci/run` installs them with apt);
 # no Docker daemon: buildah with the vfs storage driver and chroot isolation.
 #
-#   scripts/image_test.sh [WORKDIR]      (default build/image-test; keeps the debootstrapped root filesystem)
+#   scripts/image_test.sh [build|check|all] [WORKDIR]   (default all, /var/tmp/trtllm-pipeline-image-test: outside
+#                                                        the build context; keeps the root filesystem)
+#
+# `build` (the base and the image: mostly downloads and copies) can run beside `make test`; `check` needs the CPU.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$(mkdir -p "${1:-$root/build/image-test}" && cd "${1:-$root/build/image-test}" && pwd)"
+phase=all
+case "${1:-}" in build|check|all) phase=$1; shift ;; esac
+work="$(mkdir -p "${1:-/var/tmp/trtllm-pipeline-image-test}" && cd "${1:-/var/tmp/trtllm-pipeline-image-test}" && pwd)"
 export STORAGE_DRIVER="${STORAGE_DRIVER:-vfs}"
 export BUILDAH_ISOLATION=chroot
 started=$(date +%s)
@@ -24,13 +29,16 @@ release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', 
 trtllm="$(python3 -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
 image="trtllm-pipeline:$release"
 
-"$root/tests/image/make_base.sh" "$work"
+if [ "$phase" != check ]; then
+    "$root/tests/image/make_base.sh" "$work"
 
-printf '\n== buildah bud (%s)\n' "$(date +%T)"
-buildah bud --format docker --isolation chroot --layers=false --pull=never -q \
-    --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
-    -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
-    || { tail -n 40 "$work/bud.log"; exit 1; }
+    printf '\n== buildah bud (%s)\n' "$(date +%T)"
+    buildah bud --format docker --isolation chroot --layers=false --pull=never -q \
+        --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
+        -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
+        || { tail -n 40 "$work/bud.log"; exit 1; }
+fi
+[ "$phase" = build ] && { echo "image-test build: $image in $(($(date +%s) - started)) s"; exit 0; }
 
 printf '\n== checks inside %s (%s)\n' "$image" "$(date +%T)"
 check="$work/check"

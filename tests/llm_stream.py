@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.clients.triton import DEFAULT_TIMEOUT_S, is_final
+from pipeline.clients.triton import DEFAULT_TIMEOUT_S, error_text, is_final, tensor
 
 
 @dataclass
@@ -29,8 +29,6 @@ class LlmResult:
 def llm_inputs(ids: list[int], max_tokens: int, *, streaming: bool = True, min_tokens: int | None = None,
                return_log_probs: bool = False) -> list:
     """Inputs of a greedy tensorrt_llm request for one prompt of token ids."""
-    from tritonclient.grpc import InferInput
-
     values = [("input_ids", np.array([ids], dtype=np.int32), "INT32"),
               ("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
               ("request_output_len", np.array([[max_tokens]], dtype=np.int32), "INT32"),
@@ -39,26 +37,15 @@ def llm_inputs(ids: list[int], max_tokens: int, *, streaming: bool = True, min_t
         values.append(("min_tokens", np.array([[min_tokens]], dtype=np.int32), "INT32"))
     if return_log_probs:
         values.append(("return_log_probs", np.array([[True]], dtype=bool), "BOOL"))
-    inputs = []
-    for name, array, dtype in values:
-        item = InferInput(name, list(array.shape), dtype)
-        item.set_data_from_numpy(array)
-        inputs.append(item)
-    return inputs
+    return [tensor(name, array, dtype) for name, array, dtype in values]
 
 
 def stop_inputs() -> list:
     """A `stop` request (sent with the request id of the requests to cancel), as NVIDIA's BLS sends it."""
-    from tritonclient.grpc import InferInput
-
-    inputs = []
-    for name, array, dtype in (("input_lengths", np.array([[1]], dtype=np.int32), "INT32"),
-                               ("request_output_len", np.array([[1]], dtype=np.int32), "INT32"),
-                               ("stop", np.array([[True]], dtype=bool), "BOOL")):
-        item = InferInput(name, list(array.shape), dtype)
-        item.set_data_from_numpy(array)
-        inputs.append(item)
-    return inputs
+    return [tensor(name, array, dtype) for name, array, dtype in (
+        ("input_lengths", np.array([[1]], dtype=np.int32), "INT32"),
+        ("request_output_len", np.array([[1]], dtype=np.int32), "INT32"),
+        ("stop", np.array([[True]], dtype=bool), "BOOL"))]
 
 
 class LlmStream:
@@ -83,7 +70,7 @@ class LlmStream:
         result, error = self.events.get(timeout=timeout_s)
         chunk = LlmResult()
         if error is not None:
-            chunk.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+            chunk.error = error_text(error)
         else:
             _add_llm_response(result, chunk)
         return chunk
@@ -95,7 +82,7 @@ class LlmStream:
         while True:
             result, error = self.events.get(timeout=timeout_s)
             if error is not None:
-                collected.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+                collected.error = error_text(error)
                 return collected
             _add_llm_response(result, collected)
             if is_final(result):

@@ -13,9 +13,8 @@ from typing import Any, AsyncIterator, NamedTuple, Protocol
 
 from pipeline.bench.workload import BenchRequest
 from pipeline.clients.contract import served_tokenizer_dir
+from pipeline.clients.triton import GenerateRequest, build_inputs, build_llmapi_inputs, perf_times, text_pieces
 from pipeline.core.errors import InvalidInputError, StageFailedError, UnsupportedError
-
-PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 
 
 class Chunk(NamedTuple):
@@ -95,15 +94,9 @@ def model_info(url: str, model: str) -> ModelInfo:
 def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics: bool) -> list:
     """The ensemble/BLS inputs of one streamed request, through pipeline.clients.triton.build_inputs;
     optional inputs the model does not declare are left out."""
-    from pipeline.clients.triton import GenerateRequest, build_inputs
-
-    return build_inputs(GenerateRequest(
-        prompt=request.prompt, max_tokens=request.max_tokens, stream=True,
-        min_tokens=request.min_tokens if "min_tokens" in info.inputs else None,
-        exclude_input_in_output=True if "exclude_input_in_output" in info.inputs else None,
-        return_perf_metrics=perf_metrics and "return_perf_metrics" in info.inputs,
-        return_num_output_tokens=False,
-    ))
+    return build_inputs(GenerateRequest(prompt=request.prompt, max_tokens=request.max_tokens, stream=True,
+                                        min_tokens=request.min_tokens, return_perf_metrics=perf_metrics,
+                                        return_num_output_tokens=False), declared=info.inputs)
 
 
 class TritonTransport:
@@ -155,8 +148,6 @@ class LlmApiTransport(TritonTransport):
     chunk replaces the text so far. No min_tokens input: output lengths are not forced."""
 
     def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
-        from pipeline.clients.triton import GenerateRequest, build_llmapi_inputs
-
         inputs = build_llmapi_inputs(GenerateRequest(prompt=request.prompt, max_tokens=request.max_tokens,
                                                      stream=self.info.decoupled, return_perf_metrics=self.perf_metrics),
                                      batched=self.info.batched, declared=self.info.inputs)
@@ -182,10 +173,6 @@ def _bytes_tensor_join(raw: bytes) -> bytes:
 
 
 def _chunk(result: Any, perf_metrics: bool) -> Chunk:
-    out = result.as_numpy("text_output")
-    text = b"" if out is None else (out.item(0) if out.size == 1 else b"".join(out.reshape(-1)))
-    perf = None
-    if perf_metrics:
-        values = {name: result.as_numpy(name) for name in PERF_OUTPUTS}
-        perf = {k: int(v.reshape(-1)[0]) for k, v in values.items() if v is not None and v.size}
-    return Chunk(text=text, perf=perf or None)
+    """A whole response (kept when perf metrics are asked for) read through the client's parsers."""
+    pieces = text_pieces(result)
+    return Chunk(text=b"".join(pieces or ()), perf=(perf_times(result) or None) if perf_metrics else None)

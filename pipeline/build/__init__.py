@@ -13,9 +13,9 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from pipeline.core.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
 from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
@@ -33,6 +33,9 @@ from pipeline.core.quant import kv_cache_format, quant_format
 from pipeline.core.reporting import SILENT, Reporter
 from pipeline.core.tool_env import nvidia_environment
 from pipeline.core.versions import TENSORRT_VERSION, TRITON_IMAGE, TRTLLM_VERSION
+
+if TYPE_CHECKING:  # imported where used: pipeline.build.pytorch builds on this package's shared parts
+    from pipeline.build.pytorch import TorchPlan, TorchResult
 
 __all__ = ["BuildSpec", "BuildPlan", "BuildResult", "PlannedProfile", "plan_build", "build_engine", "check_fits", "cached",
            "check_engine_compatible"]
@@ -70,6 +73,7 @@ class BuildPlan(PlannedProfile):
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
 
+    @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
     def output_dir(self) -> Path:
         """Where the build writes (both backends' plans and results have one)."""
@@ -86,6 +90,7 @@ class BuildResult(BaseModel):
     log_path: Path | None = None
     peak_rss_mib: float | None = None
 
+    @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
     def output_dir(self) -> Path:
         return self.engine_dir
@@ -148,7 +153,7 @@ def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointI
     return shape_source.model_copy(update={"model": ckpt.model, "quant": quant, "kv_cache": kv, "tp": 1, "pp": 1}), notes
 
 
-def plan_build(spec: BuildSpec) -> BuildPlan | Any:
+def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     """Everything about a build, decided before any work: refuses what the GPU cannot run or hold.
     `--backend pytorch` plans a deployable instead (pipeline.build.pytorch.TorchPlan)."""
     if spec.backend == PYTORCH_BACKEND:
@@ -321,7 +326,7 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                        log_path=plan.engine_dir / BUILD_LOG, peak_rss_mib=result.peak_rss_mib)
 
 
-def build_engine(spec: BuildSpec, reporter: Reporter = SILENT) -> BuildResult | Any:
+def build_engine(spec: BuildSpec, reporter: Reporter = SILENT) -> BuildResult | TorchResult:
     """Build (or find already built) the engine the spec describes, or with `--backend pytorch` the
     deployable (pipeline.build.pytorch.TorchResult); progress goes to reporter (silent by default)."""
     if spec.backend == PYTORCH_BACKEND:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.artifacts import MANIFEST_NAME, read_manifest, source_revision
 from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.planner import ModelSpec, model_spec_from_config
+from pipeline.planner import ModelSpec, model_spec_from_config, model_spec_from_dict
 from pipeline.core.paths import build_root, model_slug
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS, kv_cache_format, quant_format
 
@@ -59,20 +59,16 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 
 def _trtllm_shape(config: dict[str, Any], name: str) -> ModelSpec:
-    """The planner's ModelSpec from a TensorRT-LLM checkpoint config (its own key names)."""
+    """The planner's ModelSpec from a TensorRT-LLM checkpoint config: its own key names put in HF's."""
+    hf_names = {
+        **config, "model_type": config.get("architecture", "unknown"),
+        "head_dim": config.get("head_size") or config.get("head_dim"),
+        "tie_word_embeddings": config.get("share_embedding_table", config.get("tie_word_embeddings", False)),
+        "torch_dtype": config.get("dtype"), "attention_bias": False, "mlp_bias": False,
+    }
     try:
-        hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        return ModelSpec(
-            name=name, model_type=str(config.get("architecture", "unknown")), hidden_size=hidden,
-            num_layers=int(config["num_hidden_layers"]), num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_size") or config.get("head_dim") or hidden // heads),
-            intermediate_size=int(config.get("intermediate_size") or 4 * hidden), vocab_size=int(config["vocab_size"]),
-            tie_word_embeddings=bool(config.get("share_embedding_table", config.get("tie_word_embeddings", False))),
-            max_position_embeddings=config.get("max_position_embeddings"), dtype=config.get("dtype"),
-        )
-    except (KeyError, TypeError, ValueError) as error:
+        return model_spec_from_dict(hf_names, name, source="the TensorRT-LLM checkpoint config")
+    except (UnsupportedError, TypeError, ValueError) as error:
         raise InvalidInputError(
             f"The TensorRT-LLM checkpoint config lacks a field the build needs ({error}).",
             hint="Convert again with `pipeline convert`; the config needs hidden_size, num_hidden_layers, "

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from pipeline.core.artifacts import (
     atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic,
@@ -73,6 +73,7 @@ class TorchPlan(PlannedProfile):
     env: dict[str, str] = {}  # environment the serving process needs (server_env), recorded in the manifest
     plan_only: str = ""  # non-empty: the input can be planned but not built (what to run first)
 
+    @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
     def output_dir(self) -> Path:
         return self.deploy_dir
@@ -86,6 +87,7 @@ class TorchResult(BaseModel):
     cached: bool
     duration_s: float
 
+    @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
     def output_dir(self) -> Path:
         return self.deploy_dir

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.core.artifacts import ArtifactOrigin, is_up_to_date, read_manifest
+from pipeline.core.artifacts import ArtifactOrigin, reusable, read_manifest
 from pipeline.hf.sources import parse_source
 from pipeline.build.memory import EngineTarget, Limits, MemoryEstimate, estimate, what_would_fit
 from pipeline.core.errors import InvalidInputError, UnsupportedError
@@ -67,7 +67,7 @@ def check_fits(name: str, target: EngineTarget, limits: Limits) -> tuple[MemoryE
 
 def cached(engine_dir: Path, inputs_hash: str) -> bool:
     """Same inputs and every recorded file intact (size and mtime; hashed with `pipeline --verify`)."""
-    return is_up_to_date(engine_dir, inputs_hash) and bool((read_manifest(engine_dir) or {}).get("files"))
+    return reusable(engine_dir, inputs_hash) and bool((read_manifest(engine_dir) or {}).get("files"))
 
 
 def build_origin(plan: PlannedProfile) -> ArtifactOrigin:

@@ -1,10 +1,14 @@
-"""Requests for NVIDIA-style `ensemble` / `tensorrt_llm_bls` models over Triton gRPC.
+"""The one Triton client, for both tensor contracts: NVIDIA's `ensemble` / `tensorrt_llm_bls` tensors and the
+LLM-API model's (`llmapi`). Smoke, bench, serve's warm-up and the tests all go through it.
 
-`build_inputs` is a small pure function shared by the sync helper here, smoke and bench; its
-InferInput objects work with both tritonclient.grpc and tritonclient.grpc.aio (the aio client uses
-the same class). `generate` is a blocking helper that always uses the gRPC stream API (it serves decoupled
+One place each: `tensor` makes every InferInput; `build_inputs` / `build_llmapi_inputs` build a request's
+inputs (optional ones the model does not declare left out); `text_pieces` reads text_output and
+`perf_times` the perf timestamps; `collect_response` / `collect_llmapi_response` fold one response (a delta,
+or the LLM-API model's text so far) into a GenerateResult. The InferInputs work with tritonclient.grpc and
+tritonclient.grpc.aio alike (bench's aio transport decodes its responses with the same readers).
+`generate` is a blocking helper that always uses the gRPC stream API (it serves decoupled
 and non-decoupled models alike) and sets the `stream` input to choose streamed or whole responses;
-`is_decoupled` tells which of the two a served model is.
+`is_decoupled` tells which of the two a served model is. The OpenAI contract is pipeline.clients.openai.
 """
 
 from __future__ import annotations
@@ -62,22 +66,46 @@ class GenerateResult:
         return self.error is None
 
 
-def build_inputs(request: GenerateRequest) -> list:
-    """GenerateRequest -> list[tritonclient.grpc.InferInput] (batch dimension 1)."""
+# The server timestamps a response carries when its request sets return_perf_metrics: the same four outputs on
+# tensorrt_llm, ensemble and tensorrt_llm_bls (pipeline/data/reference/triton_trtllm_model_io.tsv) and on the
+# LLM-API model (pipeline/data/llmapi/contract.json). perf_times is the one place they are read.
+PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+
+
+def perf_times(result) -> dict[str, int]:
+    """The perf timestamps (ns) one response carries, by output name (empty: none asked for)."""
+    values = {name: result.as_numpy(name) for name in PERF_OUTPUTS}
+    return {name: int(value.reshape(-1)[0]) for name, value in values.items() if value is not None and value.size}
+
+
+def text_pieces(result) -> list[bytes] | None:
+    """text_output's elements as raw UTF-8 bytes (joined by the caller, so a character split across
+    responses decodes whole); None when the response has no text_output."""
+    text = result.as_numpy("text_output")
+    if text is None:
+        return None
+    return [item if isinstance(item, bytes) else str(item).encode("utf-8") for item in text.reshape(-1)]
+
+
+def tensor(name: str, array: np.ndarray, triton_type: str):
+    """One tritonclient.grpc.InferInput holding `array` (every request input here is made by it)."""
     from tritonclient.grpc import InferInput
 
-    def tensor(name: str, array: np.ndarray, dtype: str):
-        item = InferInput(name, list(array.shape), dtype)
-        item.set_data_from_numpy(array)
-        return item
+    item = InferInput(name, list(array.shape), triton_type)
+    item.set_data_from_numpy(array)
+    return item
 
+
+def build_inputs(request: GenerateRequest, *, declared: frozenset[str] = frozenset()) -> list:
+    """GenerateRequest -> the ensemble/BLS inputs (tritonclient.grpc.InferInput, batch dimension 1). Optional
+    inputs the model does not declare are left out (all are sent when `declared` is empty)."""
     inputs = [
         tensor("text_input", np.array([[request.prompt.encode("utf-8")]], dtype=object), "BYTES"),
         tensor("max_tokens", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
         tensor("stream", np.array([[request.stream]], dtype=bool), "BOOL"),
     ]
     for name, words in (("stop_words", request.stop_words), ("bad_words", request.bad_words)):
-        if words:
+        if words and (not declared or name in declared):
             inputs.append(tensor(name, np.array([[w.encode("utf-8") for w in words]], dtype=object), "BYTES"))
     scalars = (
         ("end_id", request.end_id, np.int32, "INT32"),
@@ -93,7 +121,7 @@ def build_inputs(request: GenerateRequest) -> list:
         ("return_num_output_tokens", request.return_num_output_tokens or None, bool, "BOOL"),
     )
     for name, value, np_type, triton_type in scalars:
-        if value is not None:
+        if value is not None and (not declared or name in declared):
             inputs.append(tensor(name, np.array([[value]], dtype=np_type), triton_type))
     return inputs
 
@@ -110,18 +138,14 @@ LLMAPI_OUTPUTS = frozenset({"text_output", "finish_reason"})
 def build_llmapi_inputs(request: GenerateRequest, *, batched: bool = False, declared: frozenset[str] = frozenset()) -> list:
     """GenerateRequest -> the LLM-API model's inputs ([1]-shaped, or [1, 1] when the model has a batch
     dimension). Optional inputs the model does not declare are left out (all are sent when `declared` is empty)."""
-    from tritonclient.grpc import InferInput
 
-    def tensor(name: str, values: list, np_type, triton_type: str):
-        array = np.array([values] if batched else values, dtype=np_type)
-        item = InferInput(name, list(array.shape), triton_type)
-        item.set_data_from_numpy(array)
-        return item
+    def values(name: str, items: list, np_type, triton_type: str):
+        return tensor(name, np.array([items] if batched else items, dtype=np_type), triton_type)
 
-    inputs = [tensor("text_input", [request.prompt.encode("utf-8")], object, "BYTES"),
-              tensor("streaming", [request.stream], bool, "BOOL")]
+    inputs = [values("text_input", [request.prompt.encode("utf-8")], object, "BYTES"),
+              values("streaming", [request.stream], bool, "BOOL")]
     if request.stop_words:
-        inputs.append(tensor("sampling_param_stop", [w.encode("utf-8") for w in request.stop_words], object, "BYTES"))
+        inputs.append(values("sampling_param_stop", [w.encode("utf-8") for w in request.stop_words], object, "BYTES"))
     scalars = (
         ("sampling_param_max_tokens", request.max_tokens, np.int32, "INT32"),
         ("sampling_param_top_k", request.top_k, np.int32, "INT32"),
@@ -134,16 +158,16 @@ def build_llmapi_inputs(request: GenerateRequest, *, batched: bool = False, decl
     )
     for name, value, np_type, triton_type in scalars:
         if value is not None and (not declared or name in declared):
-            inputs.append(tensor(name, [value], np_type, triton_type))
+            inputs.append(values(name, [value], np_type, triton_type))
     return inputs
 
 
 def collect_llmapi_response(result, into: GenerateResult, raw: list[bytes]) -> None:
     """Fold one LLM-API response into a GenerateResult: text_output is cumulative, so the new chunk is what
     it adds to the text so far (a response that does not extend it replaces it)."""
-    text = result.as_numpy("text_output")
-    if text is not None:
-        full = b"".join(item if isinstance(item, bytes) else str(item).encode("utf-8") for item in text.reshape(-1))
+    pieces = text_pieces(result)
+    if pieces is not None:
+        full = b"".join(pieces)
         before = b"".join(raw)
         added = full[len(before):] if full.startswith(before) else full
         raw[:] = [full]
@@ -154,10 +178,7 @@ def collect_llmapi_response(result, into: GenerateResult, raw: list[bytes]) -> N
         value = reason.reshape(-1)[0]
         value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
         into.finish_reason = None if value == "None" else value
-    for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
-        value = result.as_numpy(name)
-        if value is not None:
-            into.perf[name] = int(value.reshape(-1)[0])
+    into.perf.update(perf_times(result))
 
 
 def is_decoupled(client, model: str) -> bool:
@@ -180,6 +201,11 @@ def is_decoupled(client, model: str) -> bool:
     return decoupled(model)
 
 
+def error_text(error) -> str:
+    """What a stream callback's error says (tritonclient's InferenceServerException has message())."""
+    return error.message() if callable(getattr(error, "message", None)) else str(error)
+
+
 def is_final(result) -> bool:
     """True for the response that ends a decoupled stream."""
     parameters = result.get_response().parameters
@@ -188,10 +214,9 @@ def is_final(result) -> bool:
 
 def collect_response(result, into: GenerateResult, raw: list[bytes]) -> None:
     """Fold one streamed response into a GenerateResult (text bytes kept raw for an exact join)."""
-    text = result.as_numpy("text_output")
-    if text is not None:
-        for item in text.reshape(-1):
-            piece = item if isinstance(item, bytes) else str(item).encode("utf-8")
+    pieces = text_pieces(result)
+    if pieces is not None:
+        for piece in pieces:
             raw.append(piece)
             into.chunks.append(piece.decode("utf-8", errors="replace"))
         into.responses += 1
@@ -204,10 +229,7 @@ def collect_response(result, into: GenerateResult, raw: list[bytes]) -> None:
     logprobs = result.as_numpy("output_log_probs")
     if logprobs is not None:
         into.output_log_probs.extend(float(v) for v in logprobs.reshape(-1))
-    for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
-        value = result.as_numpy(name)
-        if value is not None:
-            into.perf[name] = int(value.reshape(-1)[0])
+    into.perf.update(perf_times(result))
 
 
 def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -246,7 +268,7 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
             if response is None and error is None:  # the request never left
                 break
             if error is not None:
-                result.error = error.message() if callable(getattr(error, "message", None)) else str(error)
+                result.error = error_text(error)
                 break
             before = result.responses
             collect(response, result, raw)
@@ -262,3 +284,7 @@ def generate(url: str, model: str, prompt: str | GenerateRequest, *, timeout_s: 
     result.latency_s = time.perf_counter() - started
     result.text = b"".join(raw).decode("utf-8", errors="replace")
     return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Token-level requests straight to the `tensorrt_llm` model (no tokenizer in between)

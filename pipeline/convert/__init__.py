@@ -21,10 +21,7 @@ import time
 import warnings
 
 from pipeline.convert import hf_export
-from pipeline.core.artifacts import (
-    MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_json,
-    source_revision, write_json_atomic,
-)
+from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, reusable, read_manifest, sha256_json, source_revision, write_json_atomic
 from pipeline.quantization.calibration import load_calibration
 from pipeline.convert.checkpoint_keys import preflight
 from pipeline.convert.checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NOT_EXPORTABLE: re-exported)
@@ -67,7 +64,7 @@ def convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertResult:
     (silent by default), and so do those of the download it may start."""
     started = time.time()
     plan = plan_convert(spec, reporter)
-    if not spec.force and is_up_to_date(plan.out, plan.inputs_hash):
+    if not spec.force and reusable(plan.out, plan.inputs_hash):
         return convert_result(plan, read_manifest(plan.out) or {}, skipped=True, started=started)
 
     placement = check_resources(plan, spec)

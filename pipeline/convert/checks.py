@@ -123,12 +123,12 @@ def check_parallel(config: dict[str, Any], tp: int, pp: int) -> None:
 
 def linear_in_features(config: dict[str, Any]) -> dict[str, int]:
     """In-features of one decoder layer's quantized linears, from the HF config (Llama-style names)."""
-    hidden = int(config["hidden_size"])
-    heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    intermediate = int(config.get("intermediate_size") or 4 * hidden)
+    from pipeline.planner import model_spec_from_dict
+
+    shape = model_spec_from_dict(config, "model")
+    hidden = shape.hidden_size
     return {
         "self_attn.q_proj": hidden, "self_attn.k_proj": hidden, "self_attn.v_proj": hidden,
-        "self_attn.o_proj": heads * head_dim, "mlp.gate_proj": hidden, "mlp.up_proj": hidden,
-        "mlp.down_proj": intermediate,
+        "self_attn.o_proj": shape.num_heads * shape.head_dim, "mlp.gate_proj": hidden, "mlp.up_proj": hidden,
+        "mlp.down_proj": shape.intermediate_size,
     }

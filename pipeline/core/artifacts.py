@@ -18,6 +18,7 @@ Linux, on NFS (emulated with byte-range locks).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -117,13 +118,50 @@ def write_json_atomic(path: Path, data: Any) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a folder's entries (names created, renamed or removed in it) durable: a rename is only on
+    disk once its folder is synced."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as error:  # a filesystem that cannot sync a folder (some FUSE mounts) says so: nothing to do
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    """fsync every regular file under folder, then every folder bottom-up (folder itself last): what a
+    stage wrote is on disk before the rename that publishes it."""
+    folders = [folder]
+    for path in Path(folder).rglob("*"):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            folders.append(path)
+        elif path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for each in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(each)
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
@@ -142,10 +180,8 @@ def is_up_to_date(folder: Path, inputs_hash: str, *, verify_files: bool = True, 
     Intact: every recorded file is there with its size; one whose mtime also matches (and was not written
     within RACY_S of the manifest) is taken as unchanged, any other is hashed. verify (default: `pipeline
     --verify` / PIPELINE_VERIFY) hashes every file; verify_files=False checks the manifest only.
-    Leftovers of killed runs beside it are cleared first (a no-op re-run must not keep them)."""
+    A pure check: it changes nothing on disk (a stage that owns the folder calls `reusable`)."""
     folder = Path(folder)
-    if folder.parent.is_dir():
-        _remove_stale_temporaries(folder)
     manifest = read_manifest(folder)
     if not manifest or manifest.get("inputs_hash") != inputs_hash:
         return False
@@ -171,6 +207,16 @@ def is_up_to_date(folder: Path, inputs_hash: str, *, verify_files: bool = True, 
         if (hash_all or not unchanged) and sha256_file(path) != meta.get("sha256"):
             return False
     return True
+
+
+def reusable(folder: Path, inputs_hash: str) -> bool:
+    """A stage's decision between a no-op and a rebuild of its own destination: leftovers of killed runs
+    beside it are cleared (a no-op re-run must not keep them; a rebuild clears them too), then
+    `is_up_to_date`. Only the stage that writes folder calls this; readers call is_up_to_date."""
+    folder = Path(folder)
+    if folder.parent.is_dir():
+        _remove_stale_temporaries(folder)
+    return is_up_to_date(folder, inputs_hash)
 
 
 def tool_versions(*packages: str) -> dict[str, str]:
@@ -249,11 +295,13 @@ def atomic_dir(destination: Path) -> Iterator[Path]:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        fsync_tree(tmp)  # the contents are on disk before the rename publishes them
         old = None
         if destination.exists():
             old = destination.with_name(f".{destination.name}.old-{token}")
             os.replace(destination, old)
         os.replace(tmp, destination)
+        fsync_dir(destination.parent)  # the renames themselves are durable
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -268,11 +316,16 @@ def _run_lock(destination: Path, token: str) -> Iterator[None]:
     under a private name, locked, renamed), so no other run ever sees it unlocked while this run lives."""
     path = _lock_path(destination, token)
     private = destination.with_name(f".{destination.name}.lockinit-{token}")
-    fd = os.open(private, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    try:
+    while True:
+        fd = os.open(private, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.replace(private, path)
+            break
+        except FileNotFoundError:  # another run's clean-up took it in the instant before our flock: again
+            os.close(fd)
+    try:
         os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())  # for people; never read
-        os.replace(private, path)
         try:
             yield
         finally:
@@ -318,12 +371,17 @@ def _release(lock: Path, *, delete: bool) -> None:
 
 def _remove_stale_temporaries(destination: Path) -> None:
     """Delete leftovers of dead runs: `.tmp-<token>` / `.old-<token>` folders whose lock nobody holds (or
-    that have no lock file), and unheld lock files. An orphaned `.old-` folder is put back when the
+    that have no lock file), unheld lock files, and unheld `.lockinit-<token>` files (a run killed between
+    creating its lock file and renaming it; a live run holds the flock on it from the start). An orphaned `.old-` folder is put back when the
     destination itself is missing (its run died between the two renames)."""
     prefix = f".{destination.name}."
     for sibling in sorted(destination.parent.glob(f"{prefix}*")):
         rest = sibling.name[len(prefix):]
         kind, _, token = rest.partition("-")
+        if kind == "lockinit" and token:
+            if _held(sibling) is False:
+                _release(sibling, delete=True)
+            continue
         if kind not in ("tmp", "old", "lock") or not token:
             continue
         lock = _lock_path(destination, token)

@@ -1,7 +1,9 @@
 """Child processes that die with the pipeline, and SIGTERM as an orderly stop.
 
 `spawn` starts a child with the Linux parent-death signal (prctl PR_SET_PDEATHSIG): when the process
-that started it dies, even by `kill -9`, the kernel sends the child that signal. The signal fires when
+that started it dies, even by `kill -9`, the kernel sends the child that signal. The child sets it
+itself, in a small exec wrapper (a fresh interpreter that calls prctl and execs the command), never in
+a preexec_fn. The signal fires when
 the *thread* that forked the child exits, not the process, so every child is forked from one daemon
 thread that lives as long as the process (a server started from a short-lived worker thread would
 otherwise die with that thread).
@@ -19,10 +21,10 @@ blocks and `atomic_dir` clean-ups run on `kill PID` / CI cancellation exactly as
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import errno
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +34,7 @@ import weakref
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pipeline.core import reaper
 
@@ -47,37 +49,37 @@ class Terminated(BaseException):
     exit_code = 128 + signal.SIGTERM
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-_PRCTL = _load_prctl()  # resolved before any fork: the child only calls it
+_LINUX = sys.platform.startswith("linux")  # prctl(PR_SET_PDEATHSIG) is Linux's
 
 
 def parent_death_signal_supported() -> bool:
-    return _PRCTL is not None
+    return _LINUX
 
 
-def _tie_to_parent(death_signal: int, parent_pid: int) -> Callable[[], None]:
-    """preexec_fn: ask for death_signal when the parent goes; if it already went, die now."""
+# The child asks for its parent-death signal itself, in a fresh single-threaded interpreter that then execs
+# the command (the signal survives execve; pid and process group stay the child's). No preexec_fn: code
+# between fork and exec in a process with threads can deadlock (CPython's subprocess docs say so), and
+# this process has threads (the spawner, the reaper's, a server's log readers).
+# argv: death signal, the parent's pid, the command. If the parent already died, die now.
+_TIE_AND_EXEC = (
+    "import ctypes, os, sys\n"
+    "sig, parent, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, sig, 0, 0, 0)\n"
+    "if os.getppid() != parent:\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os.execvp(argv[0], argv)\n"
+)
 
-    def preexec() -> None:
-        if _PRCTL is None:
-            return
-        _PRCTL(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died between fork and prctl
-            os.kill(os.getpid(), death_signal)
 
-    return preexec
+def _tied_argv(argv: Sequence[str], death_signal: int, env: Mapping[str, str] | None) -> list[str]:
+    """The command line that runs argv with death_signal tied to this process. A command that is not
+    found raises FileNotFoundError here, as Popen would."""
+    command = list(argv)
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    relative = command and "/" in command[0] and not os.path.isabs(command[0])  # found from Popen's cwd
+    if not command or (not relative and shutil.which(command[0], path=path) is None):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", command[0] if command else "")
+    return [sys.executable, "-I", "-S", "-c", _TIE_AND_EXEC, str(int(death_signal)), str(os.getpid()), *command]
 
 
 class _Spawner:
@@ -122,10 +124,12 @@ def spawn(argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **popen_kw
     """subprocess.Popen(argv, **popen_kwargs) for a child that gets death_signal when this process dies
     (Linux; elsewhere a plain Popen). Keep start_new_session=True in popen_kwargs to stop the child's
     whole group later; a preexec_fn of the caller's is not accepted."""
-    if "preexec_fn" in popen_kwargs:
-        raise TypeError("spawn sets preexec_fn itself")
-    preexec = _tie_to_parent(death_signal, os.getpid())
-    return _SPAWNER.popen(lambda: subprocess.Popen(list(argv), preexec_fn=preexec, **popen_kwargs))
+    if "preexec_fn" in popen_kwargs or "executable" in popen_kwargs:
+        raise TypeError("spawn runs the command through its own exec wrapper: no preexec_fn, no executable")
+    if not _LINUX:
+        return subprocess.Popen(list(argv), **popen_kwargs)
+    command = _tied_argv(argv, death_signal, popen_kwargs.get("env"))
+    return _SPAWNER.popen(lambda: subprocess.Popen(command, **popen_kwargs))
 
 
 def start_as_daemons(start: Callable[[], None]) -> None:

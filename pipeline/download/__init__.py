@@ -43,7 +43,7 @@ from pipeline.core.artifacts import (
     atomic_dir,
     build_manifest,
     file_inventory,
-    is_up_to_date,
+    reusable,
     read_manifest,
     sha256_json,
     write_json_atomic,
@@ -115,7 +115,7 @@ def download(spec: DownloadSpec, reporter: Reporter = SILENT) -> DownloadResult:
 
     damaged: tuple[str, ...] = ()
     if not spec.force:
-        if is_up_to_date(out, inputs_hash):
+        if reusable(out, inputs_hash):
             return _result(parsed, out, read_manifest(out) or {}, skipped=True, started=started)
         damaged = _damaged_files(out, inputs_hash)
         if damaged:

@@ -12,7 +12,7 @@ from pipeline.core.artifacts import (
     ArtifactOrigin,
     atomic_dir,
     build_manifest,
-    is_up_to_date,
+    reusable,
     read_manifest,
     sha256_file,
     sha256_json,
@@ -58,7 +58,7 @@ def report_dir_for(spec: EvaluateSpec, model_name: str, inputs_hash: str) -> Pat
 
 def cached_result(report_dir: Path, inputs_hash: str) -> EvaluateResult | None:
     """The stored result of these inputs (marked cached), or None when there is none intact."""
-    if not is_up_to_date(report_dir, inputs_hash):
+    if not reusable(report_dir, inputs_hash):
         return None
     stored = json.loads((report_dir / f"{REPORT_STEM}.json").read_text(encoding="utf-8"))
     return EvaluateResult.model_validate({**stored, "cached": True})

@@ -27,7 +27,7 @@ from pipeline.core.artifacts import (
     atomic_dir,
     build_manifest,
     file_record,
-    is_up_to_date,
+    reusable,
     link_or_copy,
     read_manifest,
     sha256_json,
@@ -166,7 +166,7 @@ def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> P
     inputs = {"profile": profile.model_dump(mode="json"), "deployable": tree_identity(engine_dir),
               "options": options, "model_root": MODEL_MOUNT}
     inputs_hash = sha256_json(inputs)
-    if is_up_to_date(out, inputs_hash):
+    if reusable(out, inputs_hash):
         return out
     recorded = (read_manifest(engine_dir) or {}).get("files") or {}
     model = engine_dir / MODEL_SUBDIR

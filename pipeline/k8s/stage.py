@@ -10,10 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.artifacts import (
-    MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, read_manifest, sha256_file,
-    sha256_json,
-)
+from pipeline.core.artifacts import MANIFEST_NAME, ArtifactOrigin, atomic_dir, build_manifest, reusable, read_manifest, sha256_file, sha256_json
 from pipeline.core.deployable import read_deployable
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import get_gpu
@@ -138,7 +135,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
                        replicas=spec.replicas, pods_per_replica=layout.pods_per_replica, gpus_per_pod=layout.gpus_per_pod,
                        files=tuple(names), skipped=True, validated_with=f"kubernetes-validate --strict {KUBERNETES_VERSION}",
                        notes=notes_for(profile, spec, serving), bundle_dir=bundle_dir, next_steps=steps)
-    if not spec.force and is_up_to_date(out, inputs_hash):
+    if not spec.force and reusable(out, inputs_hash):
         return result
     with atomic_dir(out) as tmp:
         for name, docs in files.items():

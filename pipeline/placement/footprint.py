@@ -79,23 +79,18 @@ _CONFIG_ALIASES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_h
 def model_shape(path: str | Path) -> ModelSpec:
     """The planner's ModelSpec (pipeline.planner) of an HF folder or config.json, GPT-2's names included."""
     import json
-    import tempfile
 
-    from pipeline.planner import model_spec_from_config
+    from pipeline.planner import model_spec_from_config, model_spec_from_dict
 
     config_file = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return model_spec_from_config(path)  # says what is wrong with it
-    missing = {new: raw[old] for old, new in _CONFIG_ALIASES.items() if raw.get(new) is None and raw.get(old) is not None}
-    if not missing:
+    if not isinstance(raw, dict):
         return model_spec_from_config(path)
-    with tempfile.TemporaryDirectory() as folder:
-        named = Path(folder) / config_file.parent.name
-        named.mkdir()
-        (named / "config.json").write_text(json.dumps({**raw, **missing}), encoding="utf-8")
-        return model_spec_from_config(named)
+    missing = {new: raw[old] for old, new in _CONFIG_ALIASES.items() if raw.get(new) is None and raw.get(old) is not None}
+    return model_spec_from_dict({**raw, **missing}, config_file.parent.name, source=str(config_file))
 
 
 def footprint(model: ModelSpec, job: Job) -> Footprint:

@@ -3,7 +3,7 @@ with TensorRT-LLM, all arithmetic on the model's shapes (its config.json, no wei
 
 One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl, osl). The rooms:
 
-- shapes: ModelSpec, model_spec_from_config, check_tp;
+- shapes: ModelSpec, model_spec_from_config (model_spec_from_dict for a config already read), check_tp;
 - scenario: Scenario, Goal;
 - memory: weight/KV/activation bytes, MemoryPlan, memory_plan, alternatives (what fits instead);
 - rates: GPU compute/bandwidth and the fitted Efficiency constants;
@@ -23,16 +23,14 @@ from pipeline.planner.published import (
 from pipeline.planner.rates import EFFICIENCY, Efficiency, compute_rate, hbm_bandwidth
 from pipeline.planner.recommend import recommend_build
 from pipeline.planner.scenario import GOALS, Goal, Scenario
-from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
-from pipeline.planner.timing import (
-    Prediction, StepLoad, StepTime, ThroughputEstimate, max_throughput, predict, prefill_time, step_time,
-)
+from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config, model_spec_from_dict
+from pipeline.planner.timing import Prediction, StepLoad, StepTime, ThroughputEstimate, max_throughput, predict, prefill_time, step_time
 
 __all__ = [
     "DEFAULT_KV_FRACTION", "EFFICIENCY", "GIB", "GOALS", "RUNTIME_RESERVE_GIB", "Alternative", "Efficiency", "Goal",
     "MemoryPlan", "ModelSpec", "PlanResult", "PlanSpec", "Prediction", "Scenario", "StepLoad", "StepTime",
     "ThroughputEstimate", "activation_bytes", "alternatives", "bits_per_weight", "check_tp", "compare_published",
     "compute_rate", "hbm_bandwidth", "kv_bytes_per_token", "kv_heads_per_gpu", "max_throughput", "median_abs_pct_error",
-    "memory_plan", "model_spec_from_config", "plan", "predict", "prefill_time", "published_scenario",
-    "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
+    "memory_plan", "model_spec_from_config", "model_spec_from_dict", "plan", "predict", "prefill_time",
+    "published_scenario", "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
 ]

@@ -116,13 +116,21 @@ def model_spec_from_config(path: str | Path) -> ModelSpec:
         raw: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise InvalidInputError(f"Cannot read {config_file}: {error}", hint="Pass a valid HF config.json.") from None
+    name = config_file.parent.name if config_file.name == "config.json" else config_file.stem
+    return model_spec_from_dict(raw, name, source=str(config_file))
+
+
+def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the config") -> ModelSpec:
+    """A ModelSpec from the keys of an HF config (the one place that reads them; source names it in errors)."""
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"{source} is not a JSON object.", hint="Pass a valid HF config.json.")
     if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         raw = {**raw, **raw["text_config"]}
     required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     missing = [key for key in required if not raw.get(key)]
     if missing:
         raise UnsupportedError(
-            f"{config_file} lacks {', '.join(missing)}: it is not a decoder-only causal LM config the planner understands.",
+            f"{source} lacks {', '.join(missing)}: it is not a decoder-only causal LM config the planner understands.",
             hint="The planner reads Llama-style configs (hidden_size, num_hidden_layers, num_attention_heads, vocab_size).",
         )
     hidden = int(raw["hidden_size"])
@@ -130,7 +138,6 @@ def model_spec_from_config(path: str | Path) -> ModelSpec:
     head_dim = raw.get("head_dim") or hidden // heads
     intermediate = raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
     experts = int(raw.get("num_local_experts") or raw.get("num_experts") or 1)
-    name = config_file.parent.name if config_file.name == "config.json" else config_file.stem
     return ModelSpec(
         name=name,
         model_type=str(raw.get("model_type", "unknown")),

@@ -26,6 +26,7 @@ from typing import Callable
 
 from pipeline.core.processes import start_as_daemons
 from pipeline.reference_runtime.attention import install as install_per_request_attention
+from pipeline.reference_runtime.internals import check_before_load, check_manager
 from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, KvCachePlan, blocks_for,
                                                  kv_bytes_per_token, plan_kv_cache)
 from pipeline.reference_runtime.requests import (Callback, EngineLimits, GenerationEvent, GenerationRequest,
@@ -73,6 +74,7 @@ class ReferenceEngine:
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
         from transformers.generation.logits_process import LogitsProcessorList
 
+        check_before_load()  # the transformers internals used below: a missing one fails here, by name
         self.limits = limits
         self.sampler = RequestSampler()
         torch.set_num_threads(intra_op_threads())
@@ -118,6 +120,7 @@ class ReferenceEngine:
         self._manager = model.init_continuous_batching(
             generation_config=generation_config, continuous_batching_config=cb_config
         )
+        check_manager(self._manager)
         self._manager.logit_processor.tensors_required = 1  # room for the sampler's slot column
         start_as_daemons(self._manager.start)  # transformers 5.24 starts a plain Thread (continuous_api.py:813-816)
         self._active: dict[str, _Active] = {}
@@ -242,10 +245,10 @@ class ReferenceEngine:
 
     def _manager_blocks_used(self) -> int:
         """KV blocks the manager's cache has handed out (its free capacity, read without a lock: a gauge)."""
-        cache = getattr(getattr(self._manager, "batch_processor", None), "cache", None)
-        if cache is None:
+        processor = self._manager.batch_processor  # checked at start (internals.check_manager); None until it runs
+        if processor is None:
             return 0
-        free = cache.compute_free_capacity(relative=True)
+        free = processor.cache.compute_free_capacity(relative=True)
         return max(0, min(self.kv_plan.blocks, round(self.kv_plan.blocks * (1.0 - free))))
 
     # -- dispatcher --------------------------------------------------------------------------------

@@ -19,18 +19,16 @@ and the result.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 from pipeline.render import bundle
 from pipeline import __version__ as PIPELINE_VERSION
-from pipeline.core.artifacts import (
-    ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic,
-)
+from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, reusable, sha256_json, write_json_atomic
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.render.llmapi import looks_like_deployable, render_llmapi
-from pipeline.render.model_repo import RenderResult, Runtime, default_out_dir, templates_dir, templates_hash
+from pipeline.render.model_repo import (RenderResult, Runtime, copy_python_model, default_out_dir, templates_dir,
+                                 templates_hash)
 from pipeline.build.profiles import check_engine_compatible
 from pipeline.render.checks import check_repository
 from pipeline.render.context import engine_features, template_context
@@ -108,7 +106,7 @@ def render(spec: RenderSpec) -> RenderResult:
                             engine=engine, tokenizer=tokenizer, checks=checks, notes=features.notes, reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
-    if not spec.force and is_up_to_date(out, inputs_hash):
+    if not spec.force and reusable(out, inputs_hash):
         return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
@@ -151,7 +149,7 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
         (target / "config.pbtxt").write_text(text, encoding="utf-8")
         model_py = source / "1" / "model.py"
         if model_py.is_file() and not (model == "tensorrt_llm" and runtime == "tensorrtllm"):
-            shutil.copy2(model_py, target / "1" / "model.py")
+            copy_python_model(templates, model_py, target / "1")
 
 
 def _engine_profile(engine: Path) -> dict | None:

@@ -4,6 +4,7 @@ triton_backend/all_models/llmapi/), as a self-contained bundle (pipeline/render/
     ROOT/manifest.json                     the render manifest (model_root, checks)
     ROOT/tensorrt_llm/config.pbtxt         their tensor contract (pipeline/data/llmapi/contract.json)
     ROOT/tensorrt_llm/1/model.py           ours: tensorrt_llm.LLM in the image, the reference runtime on the CPU
+    ROOT/tensorrt_llm/1/pipeline_model_support.py   what model.py imports beside it (model_repo.copy_python_model)
     ROOT/tensorrt_llm/1/model.yaml         backend: pytorch, model: ROOT/tensorrt_llm/1/model, the LLM options,
                                            triton_config (max_batch_size 0, decoupled, runtime)
     ROOT/tensorrt_llm/1/model/             the deployable's HF checkpoint (hard links)
@@ -19,19 +20,16 @@ into place only when every check passed.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 from pipeline.render import bundle
-from pipeline.core.artifacts import (
-    ArtifactOrigin, atomic_dir, build_manifest, is_up_to_date, sha256_json, write_json_atomic,
-)
+from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, reusable, sha256_json, write_json_atomic
 from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.core.errors import InvalidInputError, StageFailedError
 from pipeline.render.model_repo import (
-    LEFTOVER_MARKERS, RenderResult, default_out_dir, package_folder, parse_model_config, templates_dir, templates_hash,
-    tensor_signature,
+    LEFTOVER_MARKERS, RenderResult, copy_python_model, default_out_dir, package_folder, parse_model_config,
+    templates_dir, templates_hash, tensor_signature,
 )
 
 MODEL = "tensorrt_llm"
@@ -119,7 +117,7 @@ def render_llmapi(spec):
                             tokenizer=folder / MODEL_SUBDIR, checks=checks, notes=notes, reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
-    if not spec.force and is_up_to_date(out, inputs_hash):
+    if not spec.force and reusable(out, inputs_hash):
         return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_llmapi_repository(templates, tmp, context)
@@ -170,7 +168,7 @@ def write_llmapi_repository(templates: Path, out: Path, context: dict) -> None:
             raise StageFailedError(f"Template {TEMPLATE_DIR}/{MODEL}/{name} uses a value render does not set: {error}.",
                                    hint="This is a template bug; fix the template or llmapi_repo.llmapi_context.") from error
         destination.write_text(text, encoding="utf-8")
-    shutil.copy2(templates / TEMPLATE_DIR / MODEL / "1" / "model.py", target / "model.py")
+    copy_python_model(templates, templates / TEMPLATE_DIR / MODEL / "1" / "model.py", target)
 
 
 def contract_problems(config, contract: dict) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import shutil
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,8 @@ from pipeline.core.paths import build_root, safe_name
 
 Runtime = Literal["tensorrtllm", "reference", "llmapi"]  # llmapi: a PyTorch-backend deployable (llmapi_repo.py)
 LEFTOVER_MARKERS = ("${", "{{", "{%")  # template syntax that must not survive into a rendered repository
+# The module every Python model imports from beside its model.py (model_repo_templates/pipeline_model_support.py).
+MODEL_SUPPORT = "pipeline_model_support.py"
 
 
 class RenderResult(BaseModel):
@@ -58,6 +61,17 @@ def templates_dir() -> Path:
         raise StageFailedError(f"Model repository templates not found in {path}.",
                                hint="Reinstall the pipeline, or point PIPELINE_TEMPLATES_DIR at a model_repo_templates/ folder.")
     return path
+
+
+def copy_python_model(templates: Path, model_py: Path, version_dir: Path) -> None:
+    """model.py into a model's version folder, and beside it the support module it imports (the image's Python
+    has no pipeline to import it from)."""
+    support = templates / MODEL_SUPPORT
+    if not support.is_file():
+        raise StageFailedError(f"The template folder {templates} has no {MODEL_SUPPORT} (the Python models import it).",
+                               hint="Restore it from model_repo_templates/, or unset PIPELINE_TEMPLATES_DIR.")
+    shutil.copy2(model_py, version_dir / "model.py")
+    shutil.copy2(support, version_dir / MODEL_SUPPORT)
 
 
 def templates_hash(templates: Path) -> str:

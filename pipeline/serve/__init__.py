@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -31,7 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.serve.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
-from pipeline.core.errors import InvalidInputError, ToolMissingError, UnsupportedError
+from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.host import known_gpu_key
 from pipeline.core.paths import new_log_file
 from pipeline.core.processes import ServerProcess, spawn
@@ -83,7 +82,13 @@ def free_port() -> int:
 
 
 def port_in_use(port: int) -> bool:
+    """Whether something listens on port. The probe binds with SO_REUSEADDR, as tritonserver's own servers
+    do (HTTP and metrics: libevhtp, triton-inference-server/third_party@6f855c0
+    libevhtp/libevhtp/evhtp.c:4024, htp__serv_setsockopts_; gRPC: grpc's tcp_server_utils_posix_common.cc
+    prepare_socket sets it on every TCP listener), so connections of a stopped server left in TIME_WAIT
+    do not count: tritonserver binds such a port fine. Only a real listener makes the bind fail."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError:
@@ -181,13 +186,20 @@ def check_engine(repo: Path) -> None:
     """Refuse a repository whose TensorRT engine cannot run here (pipeline.build.profiles.check_engine_compatible):
     built by another TensorRT-LLM version, or for another GPU architecture, or no GPU at all. Only when
     tensorrt_llm's gpt_model_path is an engine folder on this machine; a path inside a container or a
-    reference-runtime repository is left to the backend."""
-    config = repo / "tensorrt_llm" / "config.pbtxt"
-    if not config.is_file() or _backend_of(config) != "tensorrtllm":
+    reference-runtime repository is left to the backend. A config.pbtxt that does not parse, or a
+    tensorrtllm one without gpt_model_path, is refused (InvalidInputError), never skipped."""
+    config_path = repo / "tensorrt_llm" / "config.pbtxt"
+    if not config_path.is_file():
         return
-    match = re.search(r'key:\s*"gpt_model_path"\s*value:\s*\{\s*string_value:\s*"([^"]+)"', config.read_text(encoding="utf-8"))
-    engine = Path(match.group(1)) if match else None
-    if engine is None or not (engine / "config.json").is_file():
+    config = _model_config(config_path)
+    if config.backend != "tensorrtllm":
+        return
+    value = config.parameters["gpt_model_path"].string_value if "gpt_model_path" in config.parameters else ""
+    if not value:
+        raise InvalidInputError(f"{config_path} (backend tensorrtllm) sets no gpt_model_path parameter.",
+                                hint="Render the repository again with `pipeline render`; the backend needs the engine folder.")
+    engine = Path(value)
+    if not (engine / "config.json").is_file():
         return
     from pipeline.build.profiles import check_engine_compatible
 
@@ -195,9 +207,19 @@ def check_engine(repo: Path) -> None:
     check_engine_compatible(engine, gpu_key=known_gpu_key())
 
 
+def _model_config(path: Path):
+    """The Triton ModelConfig of a config.pbtxt; one that does not parse is an InvalidInputError."""
+    from pipeline.render.model_repo import parse_model_config
+
+    try:
+        return parse_model_config(path)
+    except StageFailedError as error:
+        raise InvalidInputError(str(error), hint="Fix that config.pbtxt, or render the repository again "
+                                "with `pipeline render`.") from error
+
+
 def _backend_of(config: Path) -> str | None:
-    match = re.search(r'^\s*backend\s*:\s*"([^"]+)"', config.read_text(encoding="utf-8"), re.M)
-    return match.group(1) if match else None
+    return _model_config(config).backend or None
 
 
 def needs_pipeline(repo: Path) -> bool:

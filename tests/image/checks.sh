@@ -40,7 +40,7 @@ serve() {
     pipeline serve "$@" --json --log-file "$out/$name.server.log" > "$out/$name.serve.log" 2>&1 &
     local pid=$! ready=0
     for _ in $(seq 1 240); do
-        if grep -q '"log_file"' "$out/$name.serve.log"; then ready=1; break; fi
+        if grep -q '"log_file"' "$out/$name.serve.log" 2> /dev/null; then ready=1; break; fi
         kill -0 "$pid" 2> /dev/null || break
         sleep 1
     done
@@ -89,7 +89,7 @@ expect "trtllm-serve runs under the image's Python" "$out/trtllm-serve.server.lo
 run reference make engine GPU=cpu MODEL="$model" QUANT=fp16
 reference_repo=$(newest triton)
 serve reference 1 "${reference_repo:-/nonexistent}" --exit-timeout 5 --http-port 0 --grpc-port 0 --metrics-port 0
-expect "the reference runtime gets the pipeline's packages" "$out/reference.server.log" "tensorrt_llm reference: $PIPELINE_ENV"
+expect "the reference runtime gets the pipeline's packages" "$out/reference.server.log" "reference tensorrt_llm: $PIPELINE_ENV"
 
 echo
 if [ "$failed" -eq 0 ]; then echo "image checks: all passed"; else echo "image checks: $failed failed"; fi

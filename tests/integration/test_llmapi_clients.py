@@ -14,7 +14,7 @@ import pytest
 from pipeline.cli import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llmapi_helpers import make_deployable  # noqa: E402
+from llmapi_helpers import OPTIONS_YAML, make_deployable  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -67,3 +67,29 @@ def test_bench_over_llmapi(llmapi_server, tmp_path) -> None:
         for request in level["per_request"]:
             assert 1 <= request["osl"] <= 4 and request["isl"] == 16
     assert any("LLM-API contract" in note for note in data["notes"])
+
+
+@pytest.fixture(scope="module")
+def fp8_llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """What `convert --quant fp8 --format hf` + `build --backend pytorch --gpu cpu` gives: model/ holds the 16-bit
+    source and the reference runtime simulates fp8 over it (ModelOpt fake quantization), prefix reuse on."""
+    from pipeline.render import RenderSpec, render
+    from pipeline.serve import ServerSpec, start_server
+
+    build = tmp_path_factory.mktemp("llmapi-fp8") / "build"
+    options = OPTIONS_YAML.replace("enable_block_reuse: false", "enable_block_reuse: true").replace("max_seq_len: 512",
+                                                                                                  "max_seq_len: 2048")
+    deployable = make_deployable(build, hf_dir=demo_hf_dir, gpu="cpu", options=options,
+                                 simulated={"quant": "fp8", "kv_cache": "auto"})
+    repo = render(RenderSpec(engine=deployable)).repo
+    spec = ServerSpec(repo=repo, log_file=build / "logs" / "llmapi-fp8.log", ready_timeout_s=600, exit_timeout_s=5)
+    with start_server(spec) as server:
+        yield server
+
+
+def test_every_smoke_check_passes_on_a_simulated_fp8_llmapi_repository(fp8_llmapi_server, capsys) -> None:
+    """Issue 21 item 11: `pipeline smoke`, streaming included, on the fp8 deployable a user gets on the CPU."""
+    code = run(["smoke", "--url", fp8_llmapi_server.grpc_url, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0, [c for c in data["checks"] if not c["passed"]]
+    assert "streaming" in [c["name"] for c in data["checks"]] and data["contract"] == "triton-llmapi"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,38 +31,91 @@ def llmapi_server(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         yield server
 
 
-def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
-    from pipeline.clients.llmapi import generate
+def ask(server, prompt: str = PROMPT, **options):
+    """One request through the LLM-API contract, the way serve's warm-up sends it (pipeline.clients.triton)."""
+    from pipeline.clients.triton import GenerateRequest, generate
+    from pipeline.clients.llmapi import LLMAPI_OPTIONS, MODEL
 
-    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=False)
-    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=8, stream=True)
+    return generate(server.grpc_url, MODEL, GenerateRequest(prompt=prompt, **options), llmapi=LLMAPI_OPTIONS)
+
+
+def test_streaming_and_whole_answers_agree(llmapi_server) -> None:
+    whole = ask(llmapi_server, max_tokens=8, stream=False)
+    streamed = ask(llmapi_server, max_tokens=8, stream=True)
     assert whole.error is None and streamed.error is None
     assert "Paris" in whole.text and whole.finish_reason == "length" and whole.responses == 1
     assert streamed.finish_reason == "length" and streamed.text == whole.text  # greedy: the same tokens
     assert streamed.responses > 1
-    # upstream semantics: each streamed text_output is the text so far
-    assert all(later.startswith(earlier) for earlier, later in zip(streamed.texts, streamed.texts[1:]))
+    # upstream semantics: each streamed text_output is the text so far, so every response extends the last
+    # one, and the additions the client folds out of them join to the final text
+    assert "".join(streamed.chunks) == streamed.text
 
 
 def test_prompt_is_echoed_unless_excluded(llmapi_server) -> None:
-    from pipeline.clients.llmapi import generate
-
-    echoed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4,
-                      extra={"sampling_param_exclude_input_from_output": np.array([False])})
+    echoed = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False)
     assert echoed.error is None and echoed.text.startswith(PROMPT) and "Paris" in echoed.text
 
 
 def test_stop_string_ends_the_answer_before_it(llmapi_server) -> None:
-    from pipeline.clients.llmapi import generate
-
-    answer = generate(llmapi_server.grpc_url, PROMPT, max_tokens=16, stream=True,
-                      extra={"sampling_param_stop": np.array([b"."], dtype=np.object_)})
+    answer = ask(llmapi_server, max_tokens=16, stream=True, stop_words=(".",))
     assert answer.error is None and answer.finish_reason == "stop"
     assert "Paris" in answer.text and "." not in answer.text
 
 
 def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
-    from pipeline.clients.llmapi import generate
-
-    answer = generate(llmapi_server.grpc_url, PROMPT, extra={"sampling_param_max_tokens": np.array([0], dtype=np.int32)})
+    answer = ask(llmapi_server, max_tokens=0)
     assert answer.error is not None and "sampling_param_max_tokens" in answer.error
+
+
+def test_streamed_text_never_holds_the_prompt(llmapi_server) -> None:
+    """As on a GPU (llmRequest.cpp @119c6e60 calculateNbTokensOut): exclude_input_from_output false keeps the
+    prompt in a whole answer only."""
+    whole = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False)
+    streamed = ask(llmapi_server, max_tokens=4, stream=True, exclude_input_in_output=False)
+    assert whole.error is None and streamed.error is None and whole.text.startswith(PROMPT)
+    # each streamed text_output is the text so far: none holds the prompt when the last does not
+    assert streamed.text == whole.text[len(PROMPT):] and PROMPT not in streamed.text
+
+
+def test_without_streaming_a_stop_string_in_the_kept_prompt_ends_the_text(llmapi_server) -> None:
+    """The LLM API looks for stop strings in CompletionOutput.text, which holds the prompt when it is kept."""
+    whole = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False, stop_words=("capital",))
+    assert whole.error is None and whole.text == "The " and whole.finish_reason == "stop"
+    streamed = ask(llmapi_server, max_tokens=4, stream=True, exclude_input_in_output=False, stop_words=("capital",))
+    assert streamed.error is None and "Paris" in streamed.text and streamed.finish_reason == "length"
+
+
+def test_a_cancelled_whole_request_frees_its_slot(llmapi_server) -> None:
+    """A client that gives up on a non-streamed request: the model's cancellation poll aborts the generation
+    within a few periods (the engine logs the release of its batch slot and KV blocks), long before its
+    max_tokens would end it."""
+    import re
+    import time
+    import uuid
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    log = llmapi_server.log_file
+    before = len(re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace")))
+    client = grpcclient.InferenceServerClient(llmapi_server.grpc_url)
+    inputs = []
+    for name, array in (("text_input", np.array([PROMPT.encode()], dtype=np.object_)),
+                        ("streaming", np.array([False])), ("sampling_param_max_tokens", np.array([400], dtype=np.int32))):
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_ else
+                                       ("BOOL" if array.dtype == bool else "INT32"))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    client.start_stream(callback=lambda result, error: None)
+    client.async_stream_infer("tensorrt_llm", inputs, request_id=uuid.uuid4().hex[:12])
+    time.sleep(1.5)
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ended = [int(n) for n in re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace"))]
+        if len(ended) > before:
+            break
+        time.sleep(0.2)
+    assert len(ended) > before, "the cancelled request was not aborted within 10 s"
+    assert ended[-1] < 400

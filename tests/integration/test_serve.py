@@ -17,7 +17,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from serve_leftovers import ready_json, remove_all, started_by, still_there, stub_regions
+from serve_leftovers import KILL_9_GONE_S, ready_json, remove_all, started_by, still_there, stub_regions
 
 from pipeline.core.errors import StageFailedError
 from pipeline.serve import ServerSpec, start_server
@@ -114,10 +114,10 @@ def test_kill_9_of_cli_serve_takes_the_server_and_its_stubs_along(tmp_path: Path
         killed = time.monotonic()
         proc.kill()
         proc.wait(timeout=10)
-        left = still_there(tree, within_s=5.0, regions=regions)
+        left = still_there(tree, within_s=KILL_9_GONE_S, regions=regions)
         took = time.monotonic() - killed
     print(f"tritonserver, {len(regions)} stub(s) and the reaper gone {took:.2f} s after kill -9 of pipeline serve")
-    assert not left, f"still running (or still in /dev/shm) 5 s after kill -9 of pipeline serve: {left}"
+    assert not left, f"still running (or still in /dev/shm) {KILL_9_GONE_S} s after kill -9 of pipeline serve: {left}"
 
 
 def test_a_crashed_tritonserver_leaves_no_stub_and_no_shared_memory(tmp_path: Path) -> None:

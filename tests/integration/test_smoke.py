@@ -57,3 +57,26 @@ def test_smoke_fails_with_exit_4_when_no_server(capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert code == 4
     assert data["passed"] is False and data["checks"][0]["name"] == "live_ready"
+
+
+@pytest.mark.parametrize("skip, named", [
+    (["greedy"], "'streaming'"),  # streaming, stop_word and the BLS check compare with the greedy answer
+    (["live_ready"], "decoupled"),  # the served mode, which max_tokens, streaming and concurrent need
+    (["live_ready", "metadata", "greedy", "streaming", "streaming_refused", "max_tokens", "stop_word",
+      "tensorrt_llm_bls_equals_ensemble", "concurrent_8", "too_long_prompt"], "no smoke check"),
+])
+def test_a_skip_that_starves_a_check_or_leaves_none_is_refused_with_exit_2(demo_server, capsys, skip, named) -> None:
+    args = ["smoke", "--url", demo_server.grpc_url, "--model", "ensemble"]
+    for name in skip:
+        args += ["--skip", name]
+    code = cli.run(args)
+    captured = capsys.readouterr()
+    assert code == 2, captured.out[-2000:]
+    assert named in captured.err + captured.out
+
+
+def test_a_skip_of_greedy_with_the_checks_that_need_it_passes(demo_server) -> None:
+    skip = ("greedy", "streaming", "stop_word", "tensorrt_llm_bls_equals_ensemble", "too_long_prompt")
+    report = run_smoke(SmokeSpec(url=demo_server.grpc_url, model="ensemble", skip=skip))
+    assert report.passed, {c.name: c.detail for c in report.checks if not c.passed}
+    assert [c.name for c in report.checks if c.skipped] == list(skip)

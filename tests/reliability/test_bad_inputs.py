@@ -32,7 +32,6 @@ class Row:
     code: int
     fragment: str
     needs: tuple[str, ...] = ()  # environment set-ups: hub, gated, port, templates
-    bug: str | None = None  # a known bug: the row is a strict xfail until it is fixed
 
 
 ROWS: list[Row] = [
@@ -174,8 +173,7 @@ def _prepare(row: Row, request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     return closers
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(reason=r.bug, strict=True)] if r.bug else [])
-                                 for r in ROWS])
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in ROWS])
 def test_cli_bad_input(row: Row, paths: dict[str, str], request, monkeypatch, tmp_path: Path, capsys) -> None:
     values = dict(paths)
     closers = _prepare(row, request, monkeypatch, tmp_path, values)
@@ -326,13 +324,13 @@ def test_server_that_never_becomes_ready(tmp_path: Path, monkeypatch, capsys) ->
         return found
 
     started = time.monotonic()
-    code = run(["serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60"])
+    code = run(["serve", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--timeout", "120"])
     elapsed = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err, err
     flat = " ".join(err.split())
     assert "broken" in flat and "weights file is corrupt" in flat and "failed to load" in flat, err
-    assert elapsed < 90
+    assert elapsed < 120, "the load failure was waited out (--timeout 120), not seen in the log"
     assert not servers_of_this_repo(), "the failed server was left running"
 
 
@@ -347,7 +345,6 @@ class ServerRow:
     options: dict = field(default_factory=dict)  # GenerateRequest fields
     tweak: str | None = None  # a raw change to the tensors build_inputs makes
     model: str = "ensemble"
-    bug: str | None = None
 
 
 SERVER_ROWS: list[ServerRow] = [
@@ -374,6 +371,17 @@ SERVER_ROWS: list[ServerRow] = [
     ServerRow("max-tokens-missing-bls", "max_tokens", {}, tweak="no_max_tokens", model="tensorrt_llm_bls"),
     ServerRow("unknown-served-model", "unknown model", {}, tweak="unknown_model"),
 ]
+
+
+@pytest.fixture(scope="module")
+def served_s(demo_server) -> float:
+    """Seconds a good request (the rows' defaults) takes to be served here: the slowest of three."""
+    timings = []
+    for _ in range(3):
+        error, seconds = _server_request(demo_server.grpc_url, ServerRow("good", ""))
+        assert error is None, error
+        timings.append(seconds)
+    return max(timings)
 
 
 def _server_request(url: str, row: ServerRow, timeout_s: float = 60.0) -> tuple[str | None, float]:
@@ -423,14 +431,14 @@ def _server_request(url: str, row: ServerRow, timeout_s: float = 60.0) -> tuple[
 
 @pytest.mark.triton
 @pytest.mark.slow
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(reason=r.bug, strict=True)] if r.bug else [])
-                                 for r in SERVER_ROWS])
-def test_server_bad_input(row: ServerRow, demo_server) -> None:
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in SERVER_ROWS])
+def test_server_bad_input(row: ServerRow, demo_server, served_s: float) -> None:
     error, seconds = _server_request(demo_server.grpc_url, row)
     assert error is not None, f"{row.id}: the server answered instead of refusing"
     assert row.fragment.lower() in error.lower(), error
     assert "Traceback" not in error, error
-    assert seconds < 30, f"{row.id}: the refusal took {seconds:.1f} s"
+    # a ratio to a good request of the same size on the same server, so a busy machine slows both alike
+    assert seconds < 3 * served_s + 1.0, f"{row.id}: the refusal took {seconds:.1f} s, serving takes {served_s:.1f} s"
 
 
 @pytest.mark.triton

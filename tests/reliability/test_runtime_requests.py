@@ -17,16 +17,16 @@ the model answers whole responses (execute does not wait for the batch).
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from reliability_helpers import runtime_metrics, wait_busy
 
 from llm_stream import LlmStream, llm_generate, llm_inputs, stop_inputs
 
@@ -34,18 +34,6 @@ pytestmark = pytest.mark.server
 
 TIGHT_KV_TOKENS = 256  # 8 blocks of 32 tokens
 PROMPT_IDS = list(range(1000, 1020))  # 20 tokens; + 40 generated = 60 tokens = 2 blocks
-
-
-def runtime_metrics(server) -> dict[str, float]:
-    """{"active": .., "waiting": .., "max": .., "kv_used": .., "kv_free": .., "kv_max": ..} of tensorrt_llm."""
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    found = {}
-    for family, kind, value in re.findall(
-            r'^nv_trt_llm_(request|kv_cache_block)_metrics\{[^}]*(?:request_type|kv_cache_block_type)="(\w+)"[^}]*\} (\S+)',
-            text, re.M):
-        found[("kv_" if family == "kv_cache_block" else "") + kind] = float(value)
-    assert {"active", "waiting", "kv_used", "kv_max"} <= set(found), f"runtime metrics missing: {found}"
-    return found
 
 
 def wait_idle(server, timeout_s: float = 120.0) -> dict[str, float]:
@@ -95,6 +83,7 @@ def test_same_request_id_twice_each_served_and_one_stop_cancels_both(demo_server
         streams[2].send(llm_inputs(bystander_ids, 24, streaming=True, min_tokens=24), "bystander")
         firsts = [stream.next_chunk(timeout_s=300) for stream in streams[:2]]  # both are decoding
         assert [first.error for first in firsts] == [None, None]
+        wait_busy(demo_server, active=2, kv_used=2)  # what the stop must give back, so wait_idle below means it did
         started = time.monotonic()
         streams[3].send(stop_inputs(), "twice")
         stop = streams[3].finish(timeout_s=60)
@@ -109,8 +98,7 @@ def test_same_request_id_twice_each_served_and_one_stop_cancels_both(demo_server
     assert all(len(first.tokens + rest.tokens) < 300 for first, rest in zip(firsts, stopped)), stopped
     assert stop_s < 30, f"the stopped requests took {stop_s:.1f} s to end"
     assert bystander.error is None and bystander.tokens == bystander_alone
-    metrics = wait_idle(demo_server)
-    assert metrics["kv_free"] == metrics["kv_max"]
+    wait_idle(demo_server, timeout_s=30)  # ... and gave every one back: KV used 0, nothing active or waiting
 
 
 def test_stop_for_an_unknown_id_says_so_and_disturbs_nothing(demo_server) -> None:

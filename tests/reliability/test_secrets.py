@@ -17,12 +17,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "hf_plantedTOKENdoNotLeak0123456789abcdef"
 CODE_DIRS = ("pipeline", "model_repo_templates", "scripts")
 
-# from_pretrained calls that rely on the library default instead of saying trust_remote_code=False;
-# transformers 5 refuses remote code by default, but a call that does not say so is one upgrade (or
-# one copy-paste of `trust_remote_code=True`) away from running a checkpoint's Python.
-_IMPLICIT = {
-}
-
 
 def _from_pretrained_calls(path: Path) -> list[tuple[int, str | None]]:
     """(line, value of trust_remote_code as source text or None when absent) for each call."""
@@ -45,11 +39,11 @@ def test_code_files_are_found() -> None:
     assert "pipeline/quantization/modelopt.py" in files and len(files) >= 3
 
 
-@pytest.mark.parametrize("rel", [pytest.param(f, marks=[pytest.mark.xfail(strict=True, reason=f"bug: {_IMPLICIT[f]} does not pass "
-                                                                     "trust_remote_code=False (fix: add it)")]
-                                              if f in _IMPLICIT else []) for f in _code_files()])
+@pytest.mark.parametrize("rel", _code_files())
 def test_every_from_pretrained_refuses_remote_code(rel: str) -> None:
-    """Every from_pretrained passes trust_remote_code=False, or a variable set from a CLI flag."""
+    """Every from_pretrained passes trust_remote_code=False, or a variable set from a CLI flag: transformers 5
+    refuses remote code by default, but a call that does not say so is one upgrade (or one copy-paste of
+    `trust_remote_code=True`) away from running a checkpoint's Python."""
     for line, value in _from_pretrained_calls(REPO_ROOT / rel):
         assert value is not None, f"{rel}:{line}: from_pretrained without trust_remote_code"
         assert value != "True", f"{rel}:{line}: trust_remote_code=True hard-coded"
@@ -230,6 +224,8 @@ def test_overlong_prompt_refused_before_generation(demo_server, demo_repo: Path)
     assert answer.error is not None and "max_input_len 256" in answer.error, answer.error
     assert "preprocessing: Prompt has" in answer.error, answer.error  # refused there, not by tensorrt_llm
     assert answer.output_tokens in (None, 0) and not answer.text
-    assert elapsed < 10, f"the refusal took {elapsed:.1f} s"
+    # generous: the claim (refused by preprocessing, before any token reached tensorrt_llm) is the error text
+    # above; this only catches a prefill of 20,000 tokens on 2 cores, which takes minutes
+    assert elapsed < 30, f"the refusal took {elapsed:.1f} s"
     ok = generate(demo_server.grpc_url, "ensemble", "Hello", max_tokens=2, timeout_s=60)
     assert ok.ok, ok.error

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reliability_helpers import runtime_metrics, wait_busy
 
 pytestmark = pytest.mark.server
 
@@ -41,7 +42,7 @@ def _soak_module():
 def test_soak_60s_concurrency_32(demo_server) -> None:
     soak = _soak_module()
     summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, server_pid=demo_server.pid,
-                        sample_every_s=5)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
+                        sample_every_s=2)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
     print({k: v for k, v in summary.items() if k != "rss_samples_mib"})
     assert summary["requests_recorded"] >= 32, summary
     assert summary["errors"] == 0, summary["error_examples"]
@@ -125,9 +126,10 @@ def test_queue_overflow_is_refused_fast(queue_server) -> None:
           f"{sorted(set(e for e, _ in refused))[:3]}")
     assert refused, "a burst 5x the batch size beyond max_queue_size was never refused"
     assert served, "nothing was served"
+    slowest_served = max(s for _, s in served)  # measured in the same burst, on the same busy cores
     for error, seconds in refused:
         assert any(word in error.lower() for word in ("queue", "exceeds", "timeout", "timed out", "full")), error
-        assert seconds < 15, f"a refusal took {seconds:.1f} s: {error}"
+        assert seconds < slowest_served, f"a refusal took {seconds:.1f} s, longer than serving ({slowest_served:.1f} s): {error}"
     after = generate(queue_server.grpc_url, "ensemble", "Hello", max_tokens=2, timeout_s=120)
     assert after.ok, after.error
 
@@ -137,24 +139,22 @@ def _cancelled_lines(server) -> int:
     return server.log_file.read_text(errors="replace").count("ended (cancelled)")
 
 
-# Triton's log prefix: I<MMDD> <HH:MM:SS.micro> (UTC), stamped when the server logs the stub's line.
-_LOG_STAMP = re.compile(r"^[IWE](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6}) .*ended \(cancelled\)", re.M)
-
-
-def _cancelled_at(server, skip: int) -> list[float]:
-    """Unix times of the runtime's "ended (cancelled)" log lines after the first `skip` of them."""
-    import calendar
-
-    year = time.gmtime().tm_year
-    stamps = []
-    for month, day, hour, minute, second, micro in _LOG_STAMP.findall(server.log_file.read_text(errors="replace")):
-        whole = calendar.timegm((year, int(month), int(day), int(hour), int(minute), int(second), 0, 0, 0))
-        stamps.append(whole + int(micro) / 1e6)
-    return stamps[skip:]
-
-
 # README, "Cancellation": a cancelled stream's slot and KV-cache blocks are freed within this long.
 CANCEL_FREES_SLOT_S = 1.0
+
+
+def _freed_after(server, since: float, timeout_s: float) -> float:
+    """Seconds from `since` (time.monotonic) until the runtime's metrics show no request active or waiting
+    and no KV block used."""
+    deadline = since + timeout_s
+    while True:
+        metrics = runtime_metrics(server)
+        now = time.monotonic()
+        if metrics["active"] == 0 and metrics["waiting"] == 0 and metrics["kv_used"] == 0:
+            return now - since
+        if now > deadline:
+            raise AssertionError(f"slots or KV blocks still held {timeout_s:.0f} s after the cancel: {metrics}")
+        time.sleep(0.02)
 
 
 def _llm_inputs(tokenizer, prompt: str, max_tokens: int) -> list:
@@ -177,9 +177,11 @@ def _llm_inputs(tokenizer, prompt: str, max_tokens: int) -> list:
 
 @pytest.mark.parametrize("model", ["tensorrt_llm_bls", "tensorrt_llm"])
 def test_cancelled_streams_free_their_slots(demo_server, demo_engine, model: str) -> None:
-    """Fill every batch slot (8) with long streams, cancel them after their first tokens: the runtime
-    cancels each one in its batching manager (a log line per request), and 8 fresh short requests
-    finish long before the cancelled ones would have (their slots were freed)."""
+    """Fill every batch slot (8) with long streams, cancel them after their first tokens: the runtime's
+    own metrics show every slot and every KV block free within CANCEL_FREES_SLOT_S of the cancel (timed on
+    the metrics, refreshed every 100 ms, not on a log line written before the release), each is cancelled
+    in its batching manager (a log line per request), and 8 fresh short requests finish long before the
+    cancelled ones would have."""
     from transformers import AutoTokenizer
 
     from pipeline.clients.triton import generate
@@ -203,21 +205,21 @@ def test_cancelled_streams_free_their_slots(demo_server, demo_engine, model: str
         for _ in range(3):
             events0.get(timeout=120)
         per_token = (time.monotonic() - t0) / 3
+        wait_busy(demo_server, active=slots, kv_used=slots)  # what the cancel has to give back
     finally:
-        cancel_sent = time.time()
+        cancel_sent = time.monotonic()
         for client, _ in streams:
             client.stop_stream(cancel_requests=True)
             client.close()
     would_take = per_token * long_tokens  # the long streams would hold their slots this long
-    deadline = time.monotonic() + 60  # a hang guard only: the claim is checked on the log's own timestamps
+    freed_s = _freed_after(demo_server, cancel_sent, timeout_s=60)  # a hang guard; the claim is the bound below
+    print(f"{model}: {slots} cancelled streams' slots and KV blocks free {freed_s:.3f} s after the first cancel "
+          f"was sent, seen in the metrics ({per_token * 1000:.0f} ms per decode step with {slots} busy slots)")
+    assert freed_s < CANCEL_FREES_SLOT_S, f"slots and KV blocks free {freed_s:.2f} s after the cancel (README: < 1 s)"
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and _cancelled_lines(demo_server) < before + slots:
         time.sleep(0.05)
     assert _cancelled_lines(demo_server) == before + slots, "not every cancelled stream was cancelled in the runtime"
-    freed = [stamp - cancel_sent for stamp in _cancelled_at(demo_server, before)]
-    print(f"{model}: {slots} cancelled streams freed their slots {min(freed):.3f}-{max(freed):.3f} s after the "
-          f"first cancel was sent ({per_token * 1000:.0f} ms per decode step with {slots} busy slots)")
-    assert len(freed) == slots and min(freed) > -0.01, freed  # the log's clock is this machine's
-    assert max(freed) < CANCEL_FREES_SLOT_S, f"slots freed {max(freed):.2f} s after the cancel (README: < 1 s)"
     started = time.monotonic()
     answers = [None] * slots
 

@@ -97,11 +97,14 @@ def test_mounts_in_comments_and_readme_are_where_artifacts_land():
 
 
 def test_ci_builds_and_checks_the_image_after_the_tests():
-    """`.ci/run` runs `make test`, then `make image-test` (scripts/image_test.sh: the Dockerfile built with buildah
-    on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("make test") < ci.index("make image-test")
-    assert re.search(r"^image-test:\n\tscripts/image_test.sh", (ROOT / "Makefile").read_text(), re.M)
+    """`.ci/run` builds the image beside `make test`, then checks it (scripts/image_test.sh: the Dockerfile built with
+    buildah on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
+    commands = [line.split(">")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line.startswith("make ")]
+    assert commands == ["make image-build", "make test", "make image-check"]
+    makefile = (ROOT / "Makefile").read_text()
+    for target, phase in (("image-test", "all"), ("image-build", "build"), ("image-check", "check")):
+        assert re.search(rf"^{target}:\n\tscripts/image_test.sh {phase} ", makefile, re.M), target
     for script in ("scripts/image_test.sh", "tests/image/make_base.sh", "tests/image/checks.sh",
                    "tests/image/standin/bin/mpirun", "tests/image/standin/bin/nvidia-smi"):
         result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True, timeout=30)

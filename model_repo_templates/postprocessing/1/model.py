@@ -7,28 +7,18 @@ tokenizers) and a whole output decodes to the same text as its chunks joined.
 
 Limit: this model is stateless, so a character whose UTF-8 bytes span two streamed chunks cannot be
 joined here; such a chunk ends (or starts) with U+FFFD. The tensorrt_llm_bls model streams exact
-text in that case (it decodes all tokens so far and sends the new suffix).
+text in that case (it keeps the text so far, decoding the last tokens incrementally, and sends the new suffix).
 """
 
 import json
 import sys
-from importlib import metadata
 
 import numpy as np
+import transformers
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import flag  # beside this file in the rendered repository
 from transformers import AutoTokenizer
 
-_TRUE = {"true", "1", "t", "y", "yes"}
-_FALSE = {"false", "0", "f", "n", "no"}
-
-
-def _flag(parameters, key, default):
-    value = str(parameters.get(key, {}).get("string_value", "")).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    return default
 
 
 class ContinuationDecoder:
@@ -51,12 +41,13 @@ class ContinuationDecoder:
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"postprocessing: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        # which Python this stub embeds (the image's, never the pipeline's venv)
+        pb_utils.Logger.log_info(f"postprocessing: python prefix {sys.prefix}, transformers {transformers.__version__}, "
+                                 f"executable {sys.executable}")
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         tokenizer = AutoTokenizer.from_pretrained(parameters["tokenizer_dir"]["string_value"], trust_remote_code=False)
-        self.decoder = ContinuationDecoder(tokenizer, _flag(parameters, "skip_special_tokens", True))
+        self.decoder = ContinuationDecoder(tokenizer, flag(parameters, "skip_special_tokens", True))
 
     def execute(self, requests):
         responses = []

@@ -7,23 +7,13 @@ Needs only numpy, transformers and the Triton Python backend utilities.
 
 import json
 import sys
-from importlib import metadata
 
 import numpy as np
+import transformers
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import flag  # beside this file in the rendered repository
 from transformers import AutoTokenizer
 
-_TRUE = {"true", "1", "t", "y", "yes"}
-_FALSE = {"false", "0", "f", "n", "no"}
-
-
-def _flag(parameters, key, default):
-    value = str(parameters.get(key, {}).get("string_value", "")).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    return default
 
 
 def _rows(request, name, batch):
@@ -79,12 +69,13 @@ def _padded(sequences, pad_ids):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"preprocessing: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        # which Python this stub embeds (the image's, never the pipeline's venv)
+        pb_utils.Logger.log_info(f"preprocessing: python prefix {sys.prefix}, transformers {transformers.__version__}, "
+                                 f"executable {sys.executable}")
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         tokenizer_dir = parameters["tokenizer_dir"]["string_value"]
-        self.add_special_tokens = _flag(parameters, "add_special_tokens", True)
+        self.add_special_tokens = flag(parameters, "add_special_tokens", True)
         # the engine's prompt limit, enforced here so an over-long prompt never reaches tensorrt_llm (0: none)
         self.max_input_len = int(parameters.get("max_input_len", {}).get("string_value") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False)

@@ -38,13 +38,14 @@ import locale
 import logging
 import sys
 import threading
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import TritonLogHandler  # beside this file in the rendered repository
 
 from pipeline.reference_runtime.engine import ReferenceEngine
+from pipeline.reference_runtime.internals import TransformersInternalsError
 from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, check_rendered_by, read_settings
@@ -100,8 +101,6 @@ def _scalar(request, name, cast, default=None, row=0):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"tensorrt_llm reference: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         # The stub's embedded interpreter starts in the C locale (ASCII file reads); ModelOpt, used for
         # simulated precisions, imports torch inductor, which reads UTF-8 templates at import time.
         try:
@@ -110,8 +109,12 @@ class TritonPythonModel:
             pass
         logger = logging.getLogger("pipeline.reference_runtime")
         if not logger.handlers:  # into the server log, through Triton's own logger
-            logger.addHandler(_TritonLogHandler())
+            logger.addHandler(TritonLogHandler("reference_runtime: "))
             logger.setLevel(logging.INFO)
+        import transformers  # which Python this stub embeds: the CPU runtime's needs the pipeline's packages
+
+        pb_utils.Logger.log_info(f"reference tensorrt_llm: python prefix {sys.prefix}, transformers "
+                                 f"{transformers.__version__}, executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         try:  # the pipeline imported here must be the one that rendered this repository
             check_rendered_by(args["model_repository"])
@@ -150,7 +153,7 @@ class TritonPythonModel:
         try:
             self.engine = ReferenceEngine(engine_dir / "model", limits,
                                           simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except KvCacheError as error:
+        except (KvCacheError, TransformersInternalsError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse an id:
         # every request is served, and a stop cancels every running request that carries the id.
@@ -350,17 +353,6 @@ class TritonPythonModel:
     def finalize(self):
         self.metrics.close()
         self.engine.close()
-
-
-class _TritonLogHandler(logging.Handler):
-    def emit(self, record):
-        message = "reference_runtime: " + self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(message)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(message)
-        else:
-            pb_utils.Logger.log_info(message)
 
 
 class _BatchSender:

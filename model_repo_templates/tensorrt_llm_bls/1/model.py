@@ -1,15 +1,17 @@
 """tensorrt_llm_bls: preprocessing -> tensorrt_llm -> postprocessing in one Python model.
 
 Written for this repository (tensor names follow NVIDIA's tensorrtllm_backend contract). Streaming
-text is exact: for every streamed chunk the tokens generated so far are decoded (through the
-postprocessing model) and only the new suffix is sent, holding back a trailing incomplete UTF-8
-character, so the joined chunks equal the non-streamed text, spaces and multi-byte characters
-included. accumulate_tokens=true sends the whole text so far in each chunk instead of the suffix.
+text is exact: for every streamed chunk the text so far is known incrementally (pipeline_model_support
+IncrementalText: only the last tokens are decoded, through the postprocessing model, never the whole sequence
+again) and only the new suffix is sent, holding back a trailing incomplete UTF-8 character, so the joined
+chunks equal the non-streamed text, spaces and multi-byte characters included. accumulate_tokens=true sends
+the whole text so far in each chunk instead of the suffix.
 Text models only: the multimodal inputs are declared for client compatibility and refused.
-In decoupled mode each instance serves up to `bls_concurrency` (the engine's max_batch_size) requests
-at once, each on a worker thread (execute returns at once and the thread sends the responses), so a
-handful of stub processes serve every batch slot. In non-decoupled mode the requests of one execute
-call run on those threads too, and execute returns when all have answered.
+In decoupled mode each instance takes up to `bls_concurrency` (the engine's max_batch_size) requests,
+served on at most MAX_WORKERS worker threads (execute returns at once and a thread sends the responses);
+requests beyond that wait, in order, for a thread. In non-decoupled mode the requests of one execute call
+run on those threads too, and execute returns when all have answered. At unload (finalize) the requests
+still waiting for a thread are answered with an UNAVAILABLE error; those running finish.
 """
 
 import json
@@ -17,12 +19,16 @@ import math
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from pipeline_model_support import IncrementalText  # beside this file in the rendered repository
 
 _TRUE = {"true", "1", "t", "y", "yes"}
+# Worker threads per stub: each running request holds one while it streams (the responses of the BLS call to
+# tensorrt_llm are read in a blocking loop). Bounded so that an engine with max_batch_size 1536 does not start
+# 1536 threads in each of its stubs.
+MAX_WORKERS = 128
 _MULTIMODAL = ("image_input", "image_bytes_input", "image_url_input", "image_sizes_input", "video_bytes_input")
 # BLS input -> preprocessing input
 _TO_PRE = {
@@ -84,8 +90,12 @@ def check_sampling(request):
 
 class TritonPythonModel:
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
+        try:  # which Python this stub embeds (the image's, never the pipeline's venv)
+            from transformers import __version__ as transformers_version
+        except ImportError:
+            transformers_version = "none"
+        pb_utils.Logger.log_info(f"tensorrt_llm_bls: python prefix {sys.prefix}, transformers {transformers_version}, "
+                                 f"executable {sys.executable}")
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         parameters = self.model_config.get("parameters", {})
@@ -93,7 +103,11 @@ class TritonPythonModel:
         name = parameters.get("tensorrt_llm_model_name", {}).get("string_value", "")
         self.llm_model = name or "tensorrt_llm"
         concurrency = int(parameters.get("bls_concurrency", {}).get("string_value") or 1)
-        self.workers = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="bls")
+        self.closing = False
+        self.workers = ThreadPoolExecutor(max_workers=max(1, min(concurrency, MAX_WORKERS)), thread_name_prefix="bls")
+        if concurrency > MAX_WORKERS:
+            pb_utils.Logger.log_info(f"tensorrt_llm_bls: {MAX_WORKERS} worker threads for bls_concurrency "
+                                     f"{concurrency}; further requests wait for a thread")
 
     def execute(self, requests):
         if self.decoupled:
@@ -109,6 +123,12 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
 
     def _answer_decoupled(self, request, sender):
+        if self.closing:  # queued when the model began to unload: answer rather than drop it (TritonError.UNAVAILABLE:
+            # python_backend @f9088ff6 src/pb_stub.cc:1727)
+            error = pb_utils.TritonError("tensorrt_llm_bls is unloading; send the request again",
+                                         pb_utils.TritonError.UNAVAILABLE)
+            sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
         final = self._answer(request, sender)
         if final is not None:
             sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -116,7 +136,9 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):
-        self.workers.shutdown(wait=True, cancel_futures=True)
+        # Every queued request still runs _answer_decoupled, which answers it at once now that closing is set.
+        self.closing = True
+        self.workers.shutdown(wait=True)
 
     # -- one request -------------------------------------------------------------------------------
     def _serve(self, request, sender):
@@ -153,7 +175,7 @@ class TritonPythonModel:
             requested_output_names=["output_ids", "sequence_length", *_PASS_OUT],
         )
         # per batch entry (tensorrt_llm answers each entry of a request batch separately, with batch_index)
-        tokens, sent_text, last = {}, {}, {}
+        tokens, sent_text, last, texts = {}, {}, {}, {}
         # tensorrt_llm is rendered with the same transaction policy as this model
         responses = llm_request.exec(decoupled=True) if self.decoupled else [llm_request.exec()]
         for response in responses:
@@ -172,7 +194,7 @@ class TritonPythonModel:
             last[entry] = response
             if not streaming:
                 continue
-            text = self._detokenize(tokens[entry])
+            text = texts.setdefault(entry, IncrementalText(self._detokenize)).value(tokens[entry])
             if text.endswith("\ufffd"):  # an incomplete character: wait for its next bytes
                 continue
             delta = self._delta(text, sent_text.get(entry, ""), mid_stream=True)
@@ -181,7 +203,7 @@ class TritonPythonModel:
                 sent_text[entry] = text
         finals = []
         for entry in sorted(tokens) or [0]:
-            text = self._detokenize(tokens.get(entry, []))
+            text = texts[entry].final(tokens[entry]) if entry in texts else self._detokenize(tokens.get(entry, []))
             piece = text if not streaming else self._delta(text, sent_text.get(entry, ""))
             if piece or not streaming:
                 finals.append(self._text_response(piece, last.get(entry)))

@@ -143,6 +143,7 @@ def test_cli_dry_run_json_command_is_valid(gpu, quant, kv, goal, flag_table, tmp
     assert run(argv + (["--kv-cache", kv] if kv else [])) == 0
     plan = json.loads(capsys.readouterr().out)
     _assert_valid(plan["command"], flag_table)
+    assert plan["output_dir"] == plan["engine_dir"]  # the key both backends share (engine_dir stays for a release)
     assert plan["profile_name"].startswith(f"trtllm-{plan['gpu']['key']}-{quant}")
     assert plan["memory"]["fits"] is True
     assert not list(tmp_path.rglob("*.engine")), "a dry run builds nothing"

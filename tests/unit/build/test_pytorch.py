@@ -109,8 +109,8 @@ def test_cpu_deployable_serves_16_bit_weights_and_simulates_a_quantized_checkpoi
 
 def test_cpu_deployable_model_loads_with_transformers(build_root):
     """model/ of a --gpu cpu deployable is what transformers loads on the CPU (the reference runtime's loader)."""
-    transformers = pytest.importorskip("transformers")
     import torch
+    import transformers
 
     hf = build_root / "tiny" / "hf"
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
@@ -233,6 +233,7 @@ def test_plan_from_the_hf_folder_with_another_precision_is_plan_only(build_root,
     assert run(["build", "--backend", "pytorch", "--model", "tiny", "--gpu", "h100", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert Path(result["deploy_dir"]).name == result["plan"]["profile_id"]
+    assert result["output_dir"] == result["deploy_dir"] == result["plan"]["output_dir"]  # the key both backends share
 
 
 def test_model_name_finds_the_newest_hf_checkpoint_of_the_asked_precision(build_root):

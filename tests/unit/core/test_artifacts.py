@@ -20,6 +20,7 @@ from pipeline.core.artifacts import (
     folder_hash,
     is_up_to_date,
     read_manifest,
+    reusable,
     set_verify,
     verify_enabled,
     write_json_atomic,
@@ -202,11 +203,12 @@ def test_a_live_run_in_another_process_keeps_its_folder_and_a_dead_one_loses_it(
         assert name.startswith(".artifact.tmp-")
         _write_good(dest, "mine")  # another run beside it: must not touch the live run's folder
         assert (tmp_path / name / "weights.bin").read_text() == "partial"
-        assert is_up_to_date(dest, "mine") and (tmp_path / name).is_dir()
+        assert reusable(dest, "mine") and (tmp_path / name).is_dir()
     finally:
         child.kill()
         child.wait()
-    assert is_up_to_date(dest, "mine")  # the lock died with the run: its leftovers go
+    assert is_up_to_date(dest, "mine") and (tmp_path / name).is_dir()  # a pure check deletes nothing
+    assert reusable(dest, "mine")  # the lock died with the run: the stage clears its leftovers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
 
 
@@ -245,5 +247,60 @@ def test_leftovers_without_a_lock_file_and_unheld_locks_are_removed(tmp_path):
     (tmp_path / ".artifact.tmp-deadbeef0000").mkdir()
     (tmp_path / ".artifact.lock-deadbeef0000").write_text("")
     (tmp_path / ".artifact.lock-feedface0000").write_text("")  # killed before its folder was made
-    assert is_up_to_date(dest, "good")
+    (tmp_path / ".artifact.lockinit-0123456789ab").write_text("")  # killed before its lock got its name
+    assert reusable(dest, "good")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
+
+
+def test_is_up_to_date_is_a_pure_check(tmp_path):
+    """It used to delete a killed run's folders beside the artifact: a reader (jobs, evaluate's cache,
+    a status check) changed the disk."""
+    dest = tmp_path / "artifact"
+    _write_good(dest, "good")
+    (tmp_path / ".artifact.tmp-deadbeef0000").mkdir()
+    (tmp_path / ".artifact.lockinit-deadbeef0001").write_text("")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert is_up_to_date(dest, "good") and not is_up_to_date(dest, "other")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_live_runs_lockinit_file_is_kept(tmp_path):
+    """An unheld .lockinit- file is a dead run's (removed); a held one belongs to a run starting now."""
+    import fcntl
+
+    dest = tmp_path / "artifact"
+    _write_good(dest, "good")
+    live = tmp_path / ".artifact.lockinit-0000live0000"
+    fd = os.open(live, os.O_CREAT | os.O_WRONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        (tmp_path / ".artifact.lockinit-0000dead0000").write_text("")
+        assert reusable(dest, "good")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "artifact"]
+    finally:
+        os.close(fd)
+
+
+def test_atomic_dir_syncs_the_files_and_the_folders_around_its_renames(tmp_path, monkeypatch):
+    """Without fsync a power loss after the rename can leave the new name pointing at empty files."""
+    import stat
+
+    synced: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        kind = "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        synced.append((kind, os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    dest = tmp_path / "artifact"
+    with atomic_dir(dest) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "weights.bin").write_text("w")
+        tmp_name = str(tmp)
+    assert ("file", f"{tmp_name}/sub/weights.bin") in synced  # before the rename, under its temporary name
+    assert ("dir", tmp_name) in synced and ("dir", str(tmp_path)) in synced
+    synced.clear()
+    write_json_atomic(tmp_path / "x.json", {"a": 1})
+    assert ("dir", str(tmp_path)) in synced

@@ -77,6 +77,30 @@ def test_spawn_refuses_a_preexec_fn_of_its_own() -> None:
         spawn(["true"], preexec_fn=lambda: None)
 
 
+def test_spawn_runs_no_python_between_fork_and_exec(monkeypatch) -> None:
+    """A preexec_fn runs Python in the forked child of a process with threads, which CPython's subprocess
+    documentation warns can deadlock. The child sets its parent-death signal after a fresh exec instead,
+    and the command it becomes keeps the pid Popen returned."""
+    seen: list[dict] = []
+    real = subprocess.Popen
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:
+            seen.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Recording)
+    process = spawn(["sh", "-c", "echo $$"], stdout=subprocess.PIPE, text=True)
+    out, _ = process.communicate(timeout=30)
+    assert seen and all(kwargs.get("preexec_fn") is None for kwargs in seen)
+    assert int(out) == process.pid and process.returncode == 0
+
+
+def test_spawn_of_a_missing_command_raises_as_popen_does() -> None:
+    with pytest.raises(FileNotFoundError):
+        spawn(["no-such-command-here-0x1"])
+
+
 def test_sigterm_raises_terminated_and_the_handler_is_restored() -> None:
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Terminated) as caught:

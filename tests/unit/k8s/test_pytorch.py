@@ -313,7 +313,7 @@ def test_bad_pytorch_inputs_exit_2(build_root: Path, case: str) -> None:
 
 def test_the_options_the_pods_read_are_llm_args_keys(build_root: Path) -> None:
     """What the bundle adds (return_perf_metrics) is a field of TensorRT-LLM 1.1.0's LlmArgs (the build stage's table)."""
-    llm_args = pytest.importorskip("pipeline.build.llm_args", reason="the LlmArgs table arrives with the PyTorch-backend build")
+    from pipeline.build import llm_args
     from pipeline.k8s.pytorch import serve_options
 
     _, folder = make_deployable(build_root)

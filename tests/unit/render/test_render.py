@@ -168,3 +168,26 @@ def test_the_reference_model_refuses_a_pipeline_other_than_the_one_that_rendered
     (repo / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SettingsError, match="did not record itself"):
         check_rendered_by(str(repo / "tensorrt_llm"))
+
+
+def test_every_python_model_gets_the_support_module_it_imports(reference_engine: Path, trtllm_engine: Path,
+                                                                tmp_path: Path) -> None:
+    """The image's Python has no pipeline to import shared code from (tool_env.py): each model.py imports
+    pipeline_model_support from its own folder, which the stub puts on sys.path (python_backend @f9088ff6
+    src/pb_stub.cc:2061-2068), so render writes it beside each one, identical to the template."""
+    import ast
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from llmapi_helpers import make_deployable
+
+    support = templates_dir() / "pipeline_model_support.py"
+    repos = [render(RenderSpec(engine=engine, out=tmp_path / name)).repo
+             for name, engine in (("ref", reference_engine), ("trt", trtllm_engine),
+                                  ("llmapi", make_deployable(tmp_path / "build")))]
+    models = [path for repo in repos for path in sorted(repo.glob("*/1/model.py"))]
+    assert len(models) == 4 + 3 + 1
+    for model in models:
+        assert (model.parent / support.name).read_bytes() == support.read_bytes(), model
+        imported = {node.module for node in ast.walk(ast.parse(model.read_text())) if isinstance(node, ast.ImportFrom)}
+        assert "pipeline_model_support" in imported, model

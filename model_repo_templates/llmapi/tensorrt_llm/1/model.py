@@ -6,15 +6,22 @@ names the upstream commits): one prompt per request in `text_input` ([1] strings
 Triton requests, max_batch_size 0), `streaming`, the `sampling_param_*` inputs, `return_finish_reason`,
 `return_stop_reason`, `return_cumulative_logprob`, `stop`; outputs `text_output` and, when asked for,
 `finish_reason`, `stop_reason`, `cumulative_logprob` and the perf tensors. As upstream's model.py:
-  - `text_output` is CompletionOutput.text: in streaming mode the text generated so far (cumulative), not a
-    delta; `sampling_param_exclude_input_from_output` defaults to false, so the prompt comes first unless the
-    request sets it;
+  - `text_output` is CompletionOutput.text, as TensorRT-LLM 1.1 makes it: when streaming, the text generated so far
+    (cumulative, not a delta), never the prompt; without streaming, the prompt and the generated text unless
+    `sampling_param_exclude_input_from_output` is true (upstream's default is false), and then a stop string
+    is looked for in the prompt too (pipeline/reference_runtime/completion.py has the rules and their sources);
   - finish_reason is 'stop', 'length' or 'cancelled' on the last response and 'None' before it;
   - `stop` with the request id of running requests aborts them;
-  - max_batch_size and the transaction policy come from model.yaml `triton_config` (auto_complete_config).
+  - max_batch_size and the transaction policy come from model.yaml `triton_config` (auto_complete_config);
+  - responses go out from one thread of their own (ResponseSender.send waits for the Triton process:
+    python_backend r25.12 src/response_sender.cc:180-183), so the engine never waits on a client; the same
+    thread asks every running request, every `cancellation_check_period_ms` (100), whether its client
+    cancelled it, and aborts the generation of one that was, streamed or not (upstream's _response_loop and
+    cancellation_loop, model.py @b35ac1b6).
 Where we differ from upstream's model.py: cumulative_logprob and the perf tensors are sent with the data types
-config.pbtxt declares (upstream sends strings for them), a `text_input` with more than one prompt is refused
-(upstream reads the first and drops the rest), and a request error carries no `text_output`.
+config.pbtxt declares (upstream sends strings for them), return_cumulative_logprob asks the LLM API for
+log-probs (SamplingParams.logprobs=1; upstream never sets it, and 1.1 fills cumulative_logprob only then), a
+`text_input` with more than one prompt is refused (upstream reads the first and drops the rest), and a request error carries no `text_output`.
 
 model.yaml: every key but `triton_config` goes to `tensorrt_llm.LLM(**keys)` (as upstream, through
 update_llm_args_with_extra_dict). `triton_config.runtime` (ours) picks the engine: `llmapi` (the default,
@@ -30,19 +37,23 @@ import asyncio
 import json
 import logging
 import os
+import queue
 import sys
 import threading
 import time
-from importlib import metadata
+from functools import partial
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
+from pipeline_model_support import IncrementalText, TritonLogHandler  # beside this file, rendered with it
 
 MODEL_YAML = "model.yaml"
 LOG = logging.getLogger("pipeline.llmapi_model")
 # LLM-API SamplingParams defaults the contract relies on (upstream helpers.py default_values; max_tokens: SamplingParams).
 DEFAULT_MAX_TOKENS = 32
+# upstream model.py @b35ac1b6: cancellation_check_period_ms defaults to 100
+DEFAULT_CANCEL_PERIOD_MS = 100
 # Inputs the reference runtime cannot act on, with the value that changes nothing.
 IGNORED_ON_CPU = {"sampling_param_best_of": 1, "sampling_param_frequency_penalty": 0.0,
                   "sampling_param_presence_penalty": 0.0}
@@ -71,57 +82,59 @@ def _tensor(request, name):
     return None if tensor is None else tensor.as_numpy()
 
 
-def _scalar(request, name, cast, default=None):
-    array = _tensor(request, name)
-    if array is None or array.size == 0:
-        return default
-    if array.size != 1:
-        raise ValueError(f"{name} must hold one value, got {array.size}")
-    return cast(array.reshape(-1)[0])
-
-
 def _text(value):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class Job:
-    """One request of the contract, parsed."""
+    """One request of the contract, parsed. `read(name)` gives an input as a numpy array (None when absent)."""
 
-    def __init__(self, request):
-        prompts = _tensor(request, "text_input")
+    def __init__(self, read):
+        def scalar(name, cast, default=None):
+            array = read(name)
+            if array is None or array.size == 0:
+                return default
+            if array.size != 1:
+                raise ValueError(f"{name} must hold one value, got {array.size}")
+            return cast(array.reshape(-1)[0])
+
+        prompts = read("text_input")
         if prompts is None or prompts.size == 0:
             raise ValueError("text_input is missing from the request")
         if prompts.size != 1:
             raise ValueError(f"text_input holds {prompts.size} prompts; this model takes one prompt per request "
                              "(send several requests)")
         self.prompt = _text(prompts.reshape(-1)[0])
-        self.streaming = _scalar(request, "streaming", bool, False)
-        self.max_tokens = _scalar(request, "sampling_param_max_tokens", int, DEFAULT_MAX_TOKENS)
-        self.temperature = _scalar(request, "sampling_param_temperature", float)
-        self.top_k = _scalar(request, "sampling_param_top_k", int)
-        self.top_p = _scalar(request, "sampling_param_top_p", float)
-        self.seed = _scalar(request, "sampling_param_seed", int)
-        self.best_of = _scalar(request, "sampling_param_best_of", int, 1)
-        self.frequency_penalty = _scalar(request, "sampling_param_frequency_penalty", float)
-        self.presence_penalty = _scalar(request, "sampling_param_presence_penalty", float)
-        stop = _tensor(request, "sampling_param_stop")
+        self.streaming = scalar("streaming", bool, False)
+        self.max_tokens = scalar("sampling_param_max_tokens", int, DEFAULT_MAX_TOKENS)
+        self.temperature = scalar("sampling_param_temperature", float)
+        self.top_k = scalar("sampling_param_top_k", int)
+        self.top_p = scalar("sampling_param_top_p", float)
+        self.seed = scalar("sampling_param_seed", int)
+        self.best_of = scalar("sampling_param_best_of", int, 1)
+        self.frequency_penalty = scalar("sampling_param_frequency_penalty", float)
+        self.presence_penalty = scalar("sampling_param_presence_penalty", float)
+        stop = read("sampling_param_stop")
         self.stop = [_text(v) for v in stop.reshape(-1)] if stop is not None else []
         if any(s == "" for s in self.stop):
             raise ValueError("sampling_param_stop holds an empty string")
-        self.exclude_input = _scalar(request, "sampling_param_exclude_input_from_output", bool, False)
-        self.perf = _scalar(request, "sampling_param_return_perf_metrics", bool, False)
-        self.want = {name: _scalar(request, name, bool, False)
+        self.exclude_input = scalar("sampling_param_exclude_input_from_output", bool, False)
+        self.perf = scalar("sampling_param_return_perf_metrics", bool, False)
+        self.want = {name: scalar(name, bool, False)
                      for name in ("return_finish_reason", "return_stop_reason", "return_cumulative_logprob")}
         if self.max_tokens < 1:
             raise ValueError(f"sampling_param_max_tokens must be at least 1, got {self.max_tokens}")
 
     def sampling_kwargs(self):
-        """The tensorrt_llm.SamplingParams keyword arguments the request sets (upstream helpers.py's mapping)."""
+        """The tensorrt_llm.SamplingParams keyword arguments the request sets (upstream helpers.py's mapping), and
+        logprobs=1 when it asks for cumulative_logprob: TensorRT-LLM 1.1 returns cum_log_probs only for a request
+        with log-probs (sampling_params.py _get_output_config: return_log_probs=bool(self.logprobs) on the PyTorch
+        backend; llmRequest.cpp @119c6e60 createResult: cumLogProbs only when returnLogProbs())."""
         values = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
                   "top_p": self.top_p, "seed": self.seed, "best_of": self.best_of,
                   "frequency_penalty": self.frequency_penalty, "presence_penalty": self.presence_penalty,
                   "exclude_input_from_output": self.exclude_input, "return_perf_metrics": self.perf,
-                  "stop": self.stop or None}
+                  "stop": self.stop or None, "logprobs": 1 if self.want["return_cumulative_logprob"] else None}
         return {key: value for key, value in values.items() if value is not None}
 
 
@@ -150,9 +163,106 @@ def make_response(job, update):
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-def send_error(sender, message):
-    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+def error_response(message, code=None):
+    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    return pb_utils.InferenceResponse(error=error)
+
+
+class _Call:
+    """One request and its response sender. `closed` once its final response is sent (or dropped): after that
+    nothing may touch the sender (Triton frees the response factory with the final response, and
+    is_cancelled() on a freed factory crashes tritonserver in TRITONBACKEND_ResponseFactoryIsCancelled)."""
+
+    def __init__(self, request, sender, job=None):
+        self.request, self.sender, self.job = request, sender, job
+        self.user_id = request.request_id() if request is not None else ""
+        self.handle = None
+        self.closed = False
+
+    def is_cancelled(self):
+        probe = getattr(self.sender, "is_cancelled", None) or getattr(self.request, "is_cancelled", None)
+        return bool(probe()) if probe is not None else False
+
+
+class _Responder:
+    """The one thread that talks to the response senders: it sends what the engines put in its queue, in order,
+    and every `period_s` asks each running request whether its client cancelled it (then the generation is
+    aborted and the request answered with a CANCELLED error, as upstream's cancellation_loop does). Only this
+    thread sends or asks, so "the final response went out" and "ask is_cancelled" never overlap."""
+
+    def __init__(self, abort, period_s):
+        self.abort, self.period_s = abort, period_s
+        self.queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.running = {}  # id(call) -> call: requests whose final response has not gone out
+        self.thread = threading.Thread(target=self._loop, name="llmapi-responder", daemon=True)
+        self.thread.start()
+
+    def track(self, call):
+        """Poll `call` for cancellation from now on (unless its final response already went out)."""
+        with self.lock:
+            if not call.closed:
+                self.running[id(call)] = call
+
+    def put(self, call, response, final):
+        self.queue.put((call, response, final))
+
+    def calls_of(self, user_id):
+        with self.lock:
+            return [call for call in self.running.values() if call.user_id == user_id]
+
+    def close(self):
+        self.queue.put(None)
+        self.thread.join(timeout=10)
+
+    def _close(self, call):
+        with self.lock:
+            call.closed = True
+            self.running.pop(id(call), None)
+
+    def _loop(self):
+        next_poll = time.monotonic() + self.period_s
+        while True:
+            try:
+                item = self.queue.get(timeout=max(0.0, next_poll - time.monotonic()))
+            except queue.Empty:
+                item = ()
+            if item is None:
+                return
+            if item:
+                self._send(*item)
+            if time.monotonic() >= next_poll:
+                self._poll()
+                next_poll = time.monotonic() + self.period_s
+
+    def _send(self, call, response, final):
+        if call.closed:
+            return
+        if final:
+            self._close(call)
+        try:
+            call.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        except Exception as error:  # noqa: BLE001 - one client's failure must not stop the others
+            LOG.error("tensorrt_llm: sending a response failed: %s", error)
+
+    def _poll(self):
+        with self.lock:
+            calls = list(self.running.values())
+        for call in calls:
+            try:
+                cancelled = call.is_cancelled()
+            except Exception as error:  # noqa: BLE001
+                LOG.error("tensorrt_llm: asking whether a request was cancelled failed: %s", error)
+                continue
+            if cancelled:
+                self._close(call)
+                if call.handle is not None:
+                    self.abort(call.handle)
+                try:
+                    call.sender.send(error_response("Request cancelled by client", pb_utils.TritonError.CANCELLED),
+                                     flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except Exception as error:  # noqa: BLE001
+                    LOG.error("tensorrt_llm: answering a cancelled request failed: %s", error)
 
 
 class TritonPythonModel:
@@ -165,12 +275,16 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
-        # which interpreter this stub embeds (the first python3 on tritonserver's PATH): `make image-test` reads it
-        pb_utils.Logger.log_info(f"llmapi tensorrt_llm: python prefix {sys.prefix}, transformers {metadata.version('transformers')}")
         logger = logging.getLogger("pipeline")
-        if not any(isinstance(h, _TritonLogHandler) for h in logger.handlers):  # into the server log
-            logger.addHandler(_TritonLogHandler())
+        if not any(isinstance(h, TritonLogHandler) for h in logger.handlers):  # into the server log
+            logger.addHandler(TritonLogHandler())
             logger.setLevel(logging.INFO)
+        try:  # which Python this stub embeds (the image's, never the pipeline's venv, on a GPU)
+            from transformers import __version__ as transformers_version
+        except ImportError:
+            transformers_version = "none"
+        pb_utils.Logger.log_info(f"llmapi tensorrt_llm: python prefix {sys.prefix}, transformers {transformers_version}"
+                                 f", executable {sys.executable}")
         config = read_model_yaml()
         model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
@@ -179,100 +293,72 @@ class TritonPythonModel:
         if runtime == "reference":
             self.engine = _ReferenceEngine(config, triton_config)
         elif runtime == "llmapi":
-            self.engine = _LlmApiEngine(config, triton_config)
+            self.engine = _LlmApiEngine(config)
         else:
             raise pb_utils.TritonModelException(
                 f"tensorrt_llm: model.yaml triton_config.runtime is {runtime!r}; use llmapi (TensorRT-LLM) or reference (CPU)")
-        self.lock = threading.Lock()
-        self.running = {}  # client request id -> {engine handles}
+        period_ms = int(triton_config.get("cancellation_check_period_ms") or DEFAULT_CANCEL_PERIOD_MS)
+        self.responder = _Responder(self.engine.abort, max(1, period_ms) / 1000.0)
         self.in_flight = _InFlight(args.get("model_name", "tensorrt_llm"), args.get("model_version", "1"))
 
     def execute(self, requests):
         # Every request answers through its response sender, so execute returns at once: requests join the
         # running batch in either transaction policy, and a `stop` reaches the requests it names while they run.
         for request in requests:
-            self._start(request, self.in_flight.track(request.get_response_sender()))
+            self._start(request)
         return None
 
-    def _start(self, request, sender):
-        user_id = request.request_id()
+    def _start(self, request):
+        call = _Call(request, self.in_flight.track(request.get_response_sender()))
         try:
-            if _scalar(request, "stop", bool, False):
-                self._stop(user_id, sender)
+            if _stop_flag(request):
+                self._stop(call)
                 return
-            job = Job(request)
-            if job.streaming and not self.decoupled:
+            call.job = Job(partial(_tensor, request))
+            if call.job.streaming and not self.decoupled:
                 raise ValueError("streaming needs the decoupled transaction policy (render with --decoupled)")
         except (ValueError, TypeError) as error:
-            send_error(sender, f"Error generating request: {error}")
+            self.responder.put(call, error_response(f"Error generating request: {error}"), True)
             return
-        done = threading.Event()
-        # Once the final response is sent, Triton frees the response factory: asking the sender is_cancelled()
-        # after that crashes tritonserver (SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled). The guard makes
-        # "send the final" and "ask is_cancelled" exclusive, and an answered request reads as cancelled.
-        guard = threading.Lock()
+        job, responder = call.job, self.responder
 
         def emit(update):
-            with guard:
-                if done.is_set():
-                    return
-                if update.finished:
-                    done.set()
-                if job.streaming:
-                    sender.send(make_response(job, update),
-                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if update.finished else 0)
-                elif update.finished:
-                    sender.send(make_response(job, update), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            if update.finished:
-                self._forget(user_id, handle)
+            if job.streaming or update.finished:
+                responder.put(call, make_response(job, update), update.finished)
 
         def fail(message):
-            with guard:
-                if done.is_set():
-                    return
-                done.set()
-                send_error(sender, f"Error generating request: {message}")
-            self._forget(user_id, handle)
+            responder.put(call, error_response(f"Error generating request: {message}"), True)
 
-        def cancelled():
-            with guard:
-                return done.is_set() or sender.is_cancelled()
-
-        handle = None
         try:
-            handle = self.engine.submit(job, emit, fail, cancelled if hasattr(sender, "is_cancelled") else None)
+            call.handle = self.engine.submit(job, emit, fail)
         except (ValueError, RuntimeError) as error:
             fail(str(error))
             return
-        if user_id and not done.is_set():
-            with self.lock:
-                self.running.setdefault(user_id, set()).add(handle)
+        responder.track(call)
 
-    def _forget(self, user_id, handle):
-        if not user_id or handle is None:
+    def _stop(self, call):
+        if not call.user_id:
+            self.responder.put(call, error_response("A request id must be provided for request cancellation"), True)
             return
-        with self.lock:
-            handles = self.running.get(user_id)
-            if handles is not None:
-                handles.discard(handle)
-                if not handles:
-                    del self.running[user_id]
-
-    def _stop(self, user_id, sender):
-        if not user_id:
-            send_error(sender, "A request id must be provided for request cancellation")
-            return
-        with self.lock:
-            handles = list(self.running.get(user_id, ()))
-        for handle in handles:
-            self.engine.abort(handle)
+        for running in self.responder.calls_of(call.user_id):
+            if running.handle is not None:
+                self.engine.abort(running.handle)
         # as upstream: the stop request itself is answered with a CANCELLED error
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client",
-                                                                          pb_utils.TritonError.CANCELLED)),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        self.responder.put(call, error_response("Request cancelled by client", pb_utils.TritonError.CANCELLED), True)
 
     def finalize(self):
         self.engine.close()
+        self.responder.close()
+
+
+def _stop_flag(request):
+    """The `stop` input: true asks to abort the running requests with this request's id."""
+    array = _tensor(request, "stop")
+    if array is None or array.size == 0:
+        return False
+    if array.size != 1:
+        raise ValueError(f"stop must hold one value, got {array.size}")
+    return bool(array.reshape(-1)[0])
 
 
 class _ReferenceEngine:
@@ -288,6 +374,7 @@ class _ReferenceEngine:
         from transformers import AutoTokenizer
 
         from pipeline.reference_runtime.engine import ReferenceEngine
+        from pipeline.reference_runtime.internals import TransformersInternalsError
         from pipeline.reference_runtime.kv_cache import KvCacheError
         from pipeline.reference_runtime.settings import limits_from_llm_options
 
@@ -305,7 +392,7 @@ class _ReferenceEngine:
         try:
             self.engine = ReferenceEngine(model_dir, self.limits, simulated_quant=(
                 simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except KvCacheError as error:
+        except (KvCacheError, TransformersInternalsError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         self.warned = set()
         self.warned_lock = threading.Lock()
@@ -321,7 +408,8 @@ class _ReferenceEngine:
                     LOG.warning("reference runtime ignores %s=%s (no %s on the CPU runtime); logged once", name, value,
                                 "best-of sampling" if name.endswith("best_of") else "sampling penalties")
 
-    def submit(self, job, emit, fail, is_cancelled):
+    def submit(self, job, emit, fail):
+        from pipeline.reference_runtime.completion import TextRules, completion
         from pipeline.reference_runtime.kv_cache import blocks_for
         from pipeline.reference_runtime.requests import GenerationRequest, RequestError
         from pipeline.reference_runtime.sampling import SamplingOptions
@@ -338,10 +426,14 @@ class _ReferenceEngine:
                                     # text; else the final event alone, which carries every token
                                     streaming=job.streaming or bool(job.stop),
                                     return_log_probs=job.want["return_cumulative_logprob"])
-        state = {"id": None, "ended": False, "early": []}
-        lock = threading.RLock()
-        prefix = "" if job.exclude_input else self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        rules = TextRules(streaming=job.streaming, include_prompt=not job.exclude_input, stop=tuple(job.stop))
+        state = {"id": None, "ended": False, "cancel": False}
+        lock = threading.Lock()
         tokens_per_block = self.limits.tokens_per_block
+
+        # on the engine's one dispatcher thread, which every stream shares: each token decodes a window of the
+        # last tokens (IncrementalText), never the whole output again
+        text = IncrementalText(partial(self.tokenizer.decode, skip_special_tokens=True))
 
         def perf(event):
             blocks = blocks_for(len(prompt_ids) + len(event.tokens), tokens_per_block)
@@ -350,39 +442,35 @@ class _ReferenceEngine:
                     "kv_cache_hit_rate": 0.0, "acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
                     "total_draft_tokens": 0}
 
-        def on_event(event):
-            with lock:
-                if state["ended"]:
-                    return
-                if state["id"] is None and not event.finished:
-                    state["early"].append(event)  # before submit returned: replayed below
-                    return
-                if event.error:
-                    state["ended"] = True
-                    fail(event.error)
-                    return
-                text = self.tokenizer.decode(event.tokens, skip_special_tokens=True)
-                reason, stop_reason = (FINISH_REASONS.get(event.finish_reason, event.finish_reason)
-                                       if event.finished else None), None
-                cut = min(((text.find(s), s) for s in job.stop if s in text), default=None)
-                if cut is not None:  # a stop string: the text ends before it, as the LLM API's default
-                    text, reason, stop_reason = text[:cut[0]], "stop", cut[1]
-                finished = event.finished or cut is not None
-                logprob = float(sum(event.logprobs)) if job.want["return_cumulative_logprob"] else None
-                state["ended"] = finished
-                emit(Update(prefix + text, finished, reason, stop_reason, logprob, perf(event) if job.perf else None))
-                if finished and not event.finished and state["id"] is not None:
-                    threading.Thread(target=self.engine.cancel, args=(state["id"],), daemon=True).start()
+        def on_event(event):  # the engine's dispatcher thread, in order
+            if state["ended"]:
+                return
+            if event.error:
+                state["ended"] = True
+                fail(event.error)
+                return
+            reason = FINISH_REASONS.get(event.finish_reason, event.finish_reason) if event.finished else None
+            done = completion(text.final if event.finished else text.value, rules, prompt_ids, event.tokens, reason)
+            if not done.finished and not job.streaming:
+                return
+            state["ended"] = done.finished
+            logprob = float(sum(event.logprobs)) if job.want["return_cumulative_logprob"] else None
+            emit(Update(done.text, done.finished, done.finish_reason, done.stop_reason, logprob,
+                        perf(event) if job.perf else None))
+            if done.finished and not event.finished:  # a stop string: end it in the engine too
+                with lock:
+                    engine_id, state["cancel"] = state["id"], state["id"] is None
+                if engine_id is not None:
+                    threading.Thread(target=self.engine.cancel, args=(engine_id,), daemon=True).start()
 
         try:
-            engine_id = self.engine.submit(request, on_event, is_cancelled=is_cancelled)
+            engine_id = self.engine.submit(request, on_event)
         except RequestError as error:
             raise ValueError(str(error)) from None
         with lock:
-            state["id"] = engine_id
-            early, state["early"] = state["early"], []
-        for event in early:
-            on_event(event)
+            state["id"], cancel = engine_id, state["cancel"]
+        if cancel:  # stopped before submit returned
+            self.engine.cancel(engine_id)
         return engine_id
 
     def abort(self, handle):
@@ -395,52 +483,67 @@ class _ReferenceEngine:
 class _LlmApiEngine:
     """tensorrt_llm.LLM (the PyTorch backend) in the image: one asyncio loop thread runs generate_async."""
 
-    def __init__(self, config, triton_config):
+    def __init__(self, config):
         from tensorrt_llm import LLM
         from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_dict
 
-        self.cancel_period_s = int(triton_config.get("cancellation_check_period_ms") or 100) / 1000.0
         args = update_llm_args_with_extra_dict({}, config)
         LOG.info("tensorrt_llm: starting LLM(%s)", ", ".join(f"{k}={v!r}" for k, v in args.items()))
         self.llm = LLM(**args)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="llmapi-loop", daemon=True)
         self.thread.start()
-        self.handles = {}
+        self.handles = {}  # handle -> RequestOutput, touched on the loop thread only
+        self.aborted = set()  # aborted before generate_async started (loop thread only)
+        # handles submitted and not ended; under `lock`. An abort of a handle that is not here (its request
+        # ended while the abort was on its way: the responder polls a request until its final response is
+        # sent) is dropped, so `aborted` never keeps a handle no _run will take out again.
+        self.live = set()
+        self.lock = threading.Lock()
         self.ids = iter(range(1, 1 << 62))
 
-    def submit(self, job, emit, fail, is_cancelled):
+    def submit(self, job, emit, fail):
         from tensorrt_llm import SamplingParams
 
         params = SamplingParams(**job.sampling_kwargs())
-        handle = next(self.ids)
-        future = asyncio.run_coroutine_threadsafe(self._run(handle, job, params, emit, fail, is_cancelled), self.loop)
+        with self.lock:
+            handle = next(self.ids)
+            self.live.add(handle)
+        future = asyncio.run_coroutine_threadsafe(self._run(handle, job, params, emit, fail), self.loop)
         future.add_done_callback(lambda f: not f.cancelled() and f.exception() and fail(str(f.exception())))
         return handle
 
-    async def _run(self, handle, job, params, emit, fail, is_cancelled):
-        result = self.llm.generate_async(job.prompt, params, streaming=job.streaming)
-        self.handles[handle] = result
-        last_check = time.monotonic()
+    async def _run(self, handle, job, params, emit, fail):
         try:
+            result = self.llm.generate_async(job.prompt, params, streaming=job.streaming)
+            self.handles[handle] = result
+            if handle in self.aborted:
+                result.abort()
             async for output in result:
-                completion = output.outputs[0]
-                perf = _llmapi_perf(completion) if job.perf else None
-                emit(Update(completion.text, output.finished, completion.finish_reason if output.finished else None,
-                            completion.stop_reason, completion.cumulative_logprob, perf))
-                if is_cancelled is not None and time.monotonic() - last_check > self.cancel_period_s:
-                    last_check = time.monotonic()
-                    if is_cancelled():
-                        result.abort()
+                if job.streaming or output.finished:
+                    completion = output.outputs[0]
+                    perf = _llmapi_perf(completion) if job.perf else None
+                    emit(Update(completion.text, output.finished, completion.finish_reason if output.finished else None,
+                                completion.stop_reason, completion.cumulative_logprob, perf))
         except Exception as error:  # noqa: BLE001 - the client gets it
             fail(str(error))
         finally:
+            with self.lock:
+                self.live.discard(handle)
             self.handles.pop(handle, None)
+            self.aborted.discard(handle)
 
     def abort(self, handle):
+        self.loop.call_soon_threadsafe(self._abort, handle)
+
+    def _abort(self, handle):
         result = self.handles.get(handle)
         if result is not None:
-            self.loop.call_soon_threadsafe(result.abort)
+            result.abort()
+            return
+        with self.lock:
+            if handle in self.live:  # submitted, generate_async not started yet: _run aborts it when it does
+                self.aborted.add(handle)
 
     def close(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -507,14 +610,3 @@ class _CountedSender:
                     ended, self.open = self.open, False
                 if ended:
                     self.in_flight.add(-1)
-
-
-class _TritonLogHandler(logging.Handler):
-    def emit(self, record):
-        message = self.format(record)
-        if record.levelno >= logging.ERROR:
-            pb_utils.Logger.log_error(message)
-        elif record.levelno >= logging.WARNING:
-            pb_utils.Logger.log_warn(message)
-        else:
-            pb_utils.Logger.log_info(message)
