@@ -70,24 +70,18 @@ def test_bad_request_is_an_error_naming_the_input(llmapi_server) -> None:
 def test_streamed_text_never_holds_the_prompt(llmapi_server) -> None:
     """As on a GPU (llmRequest.cpp @119c6e60 calculateNbTokensOut): exclude_input_from_output false keeps the
     prompt in a whole answer only."""
-    from pipeline.serve_llmapi import generate
-
-    keep = {"sampling_param_exclude_input_from_output": np.array([False])}
-    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, extra=keep)
-    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, stream=True, extra=keep)
+    whole = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False)
+    streamed = ask(llmapi_server, max_tokens=4, stream=True, exclude_input_in_output=False)
     assert whole.error is None and streamed.error is None and whole.text.startswith(PROMPT)
-    assert streamed.text == whole.text[len(PROMPT):] and not any(PROMPT in text for text in streamed.texts)
+    # each streamed text_output is the text so far: none holds the prompt when the last does not
+    assert streamed.text == whole.text[len(PROMPT):] and PROMPT not in streamed.text
 
 
 def test_without_streaming_a_stop_string_in_the_kept_prompt_ends_the_text(llmapi_server) -> None:
     """The LLM API looks for stop strings in CompletionOutput.text, which holds the prompt when it is kept."""
-    from pipeline.serve_llmapi import generate
-
-    extra = {"sampling_param_exclude_input_from_output": np.array([False]),
-             "sampling_param_stop": np.array([b"capital"], dtype=np.object_)}
-    whole = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, extra=extra)
+    whole = ask(llmapi_server, max_tokens=4, exclude_input_in_output=False, stop_words=("capital",))
     assert whole.error is None and whole.text == "The " and whole.finish_reason == "stop"
-    streamed = generate(llmapi_server.grpc_url, PROMPT, max_tokens=4, stream=True, extra=extra)
+    streamed = ask(llmapi_server, max_tokens=4, stream=True, exclude_input_in_output=False, stop_words=("capital",))
     assert streamed.error is None and "Paris" in streamed.text and streamed.finish_reason == "length"
 
 
@@ -99,6 +93,7 @@ def test_a_cancelled_whole_request_frees_its_slot(llmapi_server) -> None:
     import time
     import uuid
 
+    import numpy as np
     import tritonclient.grpc as grpcclient
 
     log = llmapi_server.log_file
