@@ -1,5 +1,6 @@
 """The pipeline as it is shipped: the wheel, installed non-editable in a fresh venv, renders and serves
-from another working directory; and the Dockerfile's own install steps, run here in a venv.
+from another working directory. The Dockerfile's own install steps are no longer replayed here: `make image-test`
+(tests/image/, part of .ci/run) builds the Dockerfile for real and runs the installed pipeline inside it.
 
 The fresh venvs reuse this environment's third-party packages through a .pth file (standing in for
 the image's system site-packages, and saving a multi-GB reinstall); the pipeline itself comes only
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -153,39 +153,3 @@ def _wait_ready(server: subprocess.Popen, http: int, log: Path, timeout: float =
             pass
         time.sleep(1)
     pytest.fail("the installed pipeline's server was not ready in time")
-
-
-def test_dockerfile_install_steps_in_a_venv(tmp_path: Path, demo_engine: Path) -> None:
-    """The Dockerfile's venv and pip RUN steps, verbatim but for the paths (the image's / becomes tmp/):
-    the same `pip install .` of the COPYed files, `pipeline --help`, and then a render from elsewhere."""
-    started = time.monotonic()
-    rows = dockerfile_helpers.instructions()
-    env = dockerfile_helpers.env()
-
-    def here(text: str) -> str:
-        return re.sub(r"(?<![\w.])/(workspace|opt)\b", lambda m: f"{tmp_path}/{m.group(1)}", text)
-
-    workdir = _stage_context(tmp_path)
-    assert (workdir / "model_repo_templates").is_dir() and (workdir / "pyproject.toml").is_file()
-    steps = [rest for keyword, rest in rows if keyword == "RUN" and "VIRTUAL_ENV" in rest]
-    assert len(steps) == 2 and "venv" in steps[0] and "pip\" install" in steps[1], steps
-    virtual_env = Path(here(env["VIRTUAL_ENV"]))
-    run_env = {key: here(value) for key, value in env.items() if "$" not in value}
-    python3 = tmp_path / "image-bin" / "python3"  # the image's python3: here, this environment's base interpreter
-    python3.parent.mkdir()
-    python3.symlink_to(getattr(sys, "_base_executable", sys.executable))
-    run_env["PATH"] = f"{python3.parent}:{os.environ['PATH']}"
-    _run(["bash", "-o", "pipefail", "-c", here(steps[0])], cwd=workdir, env=run_env)
-    # the image's python3 carries torch & co in its system site-packages; here this environment's do
-    purelib = _run([str(virtual_env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                   cwd=workdir).stdout.strip()
-    Path(purelib, "_reuse_test_environment.pth").write_text(SITE_PACKAGES + "\n")
-    _run(["bash", "-o", "pipefail", "-c", here(steps[1])], cwd=workdir, env=run_env)
-    assert (workdir / ".image-installed").is_file()
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    out = tmp_path / "bundle"
-    _run([str(virtual_env / "bin" / "pipeline"), "render", "--engine", str(demo_engine), "--out", str(out),
-          "--model-root", "/models"], cwd=elsewhere, env={"PIPELINE_BUILD_DIR": here(env["PIPELINE_BUILD_DIR"])})
-    assert json.loads((out / "manifest.json").read_text())["bundle"]["model_root"] == "/models"
-    print(f"\nDockerfile install steps + render in {time.monotonic() - started:.1f} s")
