@@ -97,7 +97,10 @@ def test_a_cancelled_whole_request_frees_its_slot(llmapi_server) -> None:
     import tritonclient.grpc as grpcclient
 
     log = llmapi_server.log_file
-    before = len(re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace")))
+    # the engine logs a cancelled request's end either way: "ended (cancelled) after N tokens" once running, or
+    # "ended (cancelled) while waiting for a batch slot" (pipeline/reference_runtime/engine.py)
+    cancelled = re.compile(r"ended \(cancelled\)(?: after (\d+) tokens)?")
+    before = len(cancelled.findall(log.read_text(errors="replace")))
     client = grpcclient.InferenceServerClient(llmapi_server.grpc_url)
     inputs = []
     for name, array in (("text_input", np.array([PROMPT.encode()], dtype=np.object_)),
@@ -108,14 +111,31 @@ def test_a_cancelled_whole_request_frees_its_slot(llmapi_server) -> None:
         inputs.append(tensor)
     client.start_stream(callback=lambda result, error: None)
     client.async_stream_infer("tensorrt_llm", inputs, request_id=uuid.uuid4().hex[:12])
-    time.sleep(1.5)
+    # cancel once the model holds the request (its in-flight gauge), not after a fixed sleep: on a loaded machine
+    # the request may not have reached the model yet, and Triton drops a request cancelled before that
+    deadline = time.monotonic() + 30
+    while _in_flight(llmapi_server) < 1:
+        assert time.monotonic() < deadline, "the request never reached the model"
+        time.sleep(0.1)
+    time.sleep(0.5)
     client.stop_stream(cancel_requests=True)
     client.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        ended = [int(n) for n in re.findall(r"ended \(cancelled\) after (\d+) tokens", log.read_text(errors="replace"))]
+        ended = cancelled.findall(log.read_text(errors="replace"))
         if len(ended) > before:
             break
         time.sleep(0.2)
     assert len(ended) > before, "the cancelled request was not aborted within 10 s"
-    assert ended[-1] < 400
+    assert _in_flight(llmapi_server) == 0  # its slot is free again
+    assert ended[-1] == "" or int(ended[-1]) < 400  # aborted, not run to its max_tokens
+
+
+def _in_flight(server) -> float:
+    """The LLM-API model's pipeline_requests_in_flight gauge (accepted, not yet finally answered)."""
+    import urllib.request
+
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 (local URL)
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("pipeline_requests_in_flight{") and 'model="tensorrt_llm"' in line)

@@ -139,20 +139,20 @@ def test_evaluation_records_pass_or_fail_and_says_so(tmp_path: Path, monkeypatch
 @pytest.mark.slow
 def test_engine_with_the_pytorch_backend_chains_convert_hf_the_deployable_and_its_llmapi_repository(
         demo_hf_dir, monkeypatch, capsys):
-    """`pipeline engine --backend pytorch` (make engine BACKEND=pytorch): convert --format hf, then the
-    LLM-API options for a GPU (dry run), and on the CPU the deployable and its Triton LLM-API repository."""
+    """`pipeline engine --backend pytorch` (make engine BACKEND=pytorch): the LLM-API options for a GPU (dry run,
+    from config.json), and on the CPU convert --format hf, the deployable and its Triton LLM-API repository."""
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(demo_hf_dir.parents[1]))
     common = ["engine", f"local:{demo_hf_dir}", "--quant", "fp16", "--goal", "latency", "--backend", "pytorch", "--json"]
     assert run([*common, "--gpu", "h100", "--dry-run"]) == 0
     planned = json.loads(capsys.readouterr().out)
-    assert [step["name"] for step in planned["steps"]] == ["download", "convert", "build (dry run)"]
-    assert "/checkpoints/hf-fp16-" in planned["steps"][1]["artifact"]
-    assert planned["steps"][2]["detail"].startswith("torch-h100") and "max_batch_size" in planned["steps"][2]["detail"]
+    # a dry run plans from config.json alone: nothing downloaded or converted (test_engine_dry_run_plans_...)
+    assert [step["name"] for step in planned["steps"]] == ["config.json", "build (dry run)"]
+    assert planned["steps"][1]["detail"].startswith("torch-h100") and "max_batch_size" in planned["steps"][1]["detail"]
 
     assert run([*common, "--gpu", "cpu"]) == 0
     built = json.loads(capsys.readouterr().out)
     assert [step["name"] for step in built["steps"]] == ["download", "convert", "build", "render"]
-    assert built["steps"][1]["detail"].startswith("reused")  # the same hf checkpoint as the dry run's
+    assert "/checkpoints/hf-fp16-" in built["steps"][1]["artifact"]
     deployable = Path(built["engine_dir"])
     assert (deployable / "llm_api_options.yaml").is_file() and (deployable / "model" / "config.json").is_file()
     repo = Path(built["repo"])
