@@ -93,20 +93,18 @@ plan-check: $(STAMP)
 TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
 TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
 IMAGE ?= trtllm-pipeline:$(TRITON_RELEASE)
-.PHONY: image image-test image-build image-check profiles doctor
+.PHONY: image image-test profiles doctor
 image:
 	docker build --build-arg TRITON_RELEASE=$(TRITON_RELEASE) --build-arg TRTLLM_VERSION=$(TRTLLM_VERSION) -t $(IMAGE) .
 # image-test: the Dockerfile built for real with buildah (no daemon) on a stand-in for NVIDIA's base, then the
 # checks inside it as uid 10001 (tests/image/). Root, buildah and debootstrap: apt-get install buildah debootstrap.
 # IMAGE_TEST_DIR (the root filesystem, logs) stays outside the build context the Dockerfile is built from.
 IMAGE_TEST_DIR ?= /var/tmp/trtllm-pipeline-image-test
+# IMAGE_TEST_PHASE: all (default), or its halves: build (the base and the image: downloads and copies, fine beside
+# `make test`) and check (the checks inside it, which need the CPU).
+IMAGE_TEST_PHASE ?= all
 image-test:
-	scripts/image_test.sh all $(IMAGE_TEST_DIR)
-# its two halves: the base and the image (downloads and copies, fine beside `make test`), then the checks
-image-build:
-	scripts/image_test.sh build $(IMAGE_TEST_DIR)
-image-check:
-	scripts/image_test.sh check $(IMAGE_TEST_DIR)
+	scripts/image_test.sh $(IMAGE_TEST_PHASE) $(IMAGE_TEST_DIR)
 profiles: $(STAMP)
 	$(PIPE) profiles --model $(MODEL) $(if $(filter-out auto,$(GPU)),--gpu $(GPU),--gpu auto)
 doctor: $(STAMP)
