@@ -17,7 +17,6 @@ regions however the server ends, `kill -9` of its owner included (pipeline.core.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -30,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.serve.commands import TRITON_EXIT_TIMEOUT_S, mpirun_command, tritonserver_command
+from pipeline.core.artifacts import read_manifest
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.host import known_gpu_key
 from pipeline.core.paths import new_log_file
@@ -225,11 +225,8 @@ def _backend_of(config: Path) -> str | None:
 def needs_pipeline(repo: Path) -> bool:
     """Whether the repository's models import the pipeline: its tensorrt_llm model is the CPU reference runtime
     (render's manifest says runtime reference; a repository without one is read for the import)."""
-    manifest = repo / "manifest.json"
-    try:
-        runtime = json.loads(manifest.read_text(encoding="utf-8")).get("runtime")
-    except (OSError, ValueError, AttributeError):
-        runtime = None
+    manifest = read_manifest(repo)
+    runtime = manifest.get("runtime") if isinstance(manifest, dict) else None
     if runtime is not None:
         return runtime == "reference"
     return any("pipeline.reference_runtime" in model.read_text(encoding="utf-8", errors="replace")
@@ -250,11 +247,9 @@ def server_environment(repo: Path, binary: TritonBinary) -> dict[str, str]:
 def deployable_env(repo: Path) -> dict[str, str]:
     """What an LLM-API repository's deployable asks of the process that runs TensorRT-LLM (its manifest's env, e.g.
     TRTLLM_LOAD_KV_SCALES=1 for calibrated FP8 KV scales); nothing for other repositories."""
-    try:
-        manifest = json.loads((repo / "tensorrt_llm" / "1" / "manifest.json").read_text(encoding="utf-8"))
-        return {str(k): str(v) for k, v in (manifest.get("env") or {}).items()}
-    except (OSError, ValueError, AttributeError):
-        return {}
+    manifest = read_manifest(repo / "tensorrt_llm" / "1")
+    env = manifest.get("env") if isinstance(manifest, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
 def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> TritonServer:
