@@ -1,7 +1,9 @@
 """A draft-target deployment of the demo served by tritonserver (one server for every check): the BLS's
 draft->target loop gives the text the BLS gives without speculation, a streaming speculative request gets NVIDIA's
 error, and NVIDIA's own clients run unchanged (tensorrtllm_backend @c2e65b88 inflight_batcher_llm/client/
-end_to_end_grpc_client.py with --num-draft-tokens, inflight_batcher_llm_client.py --return-perf-metrics), taken
+end_to_end_grpc_client.py against the BLS of this deployment: at c2e65b88 it has num_draft_tokens in
+run_inference() but no --num-draft-tokens flag, so _bls above sends that input; inflight_batcher_llm_client.py
+--return-perf-metrics prints the acceptance figures), taken
 from a tensorrtllm_backend checkout ($TENSORRTLLM_BACKEND_CHECKOUT, as scripts/nvidia_clients.sh takes one)."""
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def test_nvidias_clients_run_unchanged(spec_server) -> None:
     server, engine = spec_server
     client = CHECKOUT / "inflight_batcher_llm" / "client"
     e2e = subprocess.run([sys.executable, str(client / "end_to_end_grpc_client.py"), "-u", server.grpc_url,
-                          "--model-name", "tensorrt_llm_bls", "-o", "16", "-p", PROMPT, "--num-draft-tokens", "3"],
+                          "--model-name", "tensorrt_llm_bls", "-o", "16", "-p", PROMPT],
                          capture_output=True, text=True, timeout=300)
     assert e2e.returncode == 0 and "Received an error" not in e2e.stdout, e2e.stdout + e2e.stderr
     assert "Paris" in e2e.stdout
