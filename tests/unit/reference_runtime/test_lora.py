@@ -158,3 +158,18 @@ def test_engine_serves_peft_adapters_in_one_batch(base, adapters, tmp_path) -> N
             tokens, logprobs = expected[name]
             assert event.tokens == tokens, f"{name}: served {event.tokens}, PEFT {tokens}"
             np.testing.assert_allclose(event.logprobs, logprobs, atol=LOGPROB_TOLERANCE, err_msg=name)
+
+
+def test_settings_from_the_parameters_and_the_engine(tmp_path) -> None:
+    from pipeline.reference_runtime.lora_apply import DEFAULT_HOST_CACHE_BYTES, LoraSettings
+    from pipeline.reference_runtime.settings import SettingsError
+
+    engine = {"pretrained_config": {"dtype": "bfloat16"},
+              "build_config": {"lora_config": {"max_lora_rank": 16, "lora_target_modules": ["attn_q", "attn_v"]}}}
+    settings = LoraSettings.from_engine({"lora_cache_host_memory_bytes": {"string_value": "4096"},
+                                         "lora_prefetch_dir": {"string_value": str(tmp_path)}}, engine)
+    assert settings == LoraSettings(4096, tmp_path, "bfloat16", 16, ("attn_q", "attn_v"))
+    unset = LoraSettings.from_engine({"lora_prefetch_dir": {"string_value": "${lora_prefetch_dir}"}}, {})
+    assert unset == LoraSettings(DEFAULT_HOST_CACHE_BYTES, None, "float32", 64, ())
+    with pytest.raises(SettingsError, match="lora_cache_host_memory_bytes"):
+        LoraSettings.from_engine({"lora_cache_host_memory_bytes": {"string_value": "1G"}}, {})
