@@ -4,7 +4,9 @@ The runtime drives transformers' continuous batching through names that are not 
 model's `_get_logits_processor` (read by the batching manager when it is made), sets the manager's
 `logit_processor.tensors_required`, reads each request's `state.logit_processor_kwargs` (sampling.py), reads
 the KV cache's `compute_free_capacity` through `manager.batch_processor.cache` (the KV-blocks metric, and every
-wait for an idle engine), and swaps `ALL_ATTENTION_FUNCTIONS["sdpa"]` for its own (attention.py). Should a
+wait for an idle engine), and swaps `ALL_ATTENTION_FUNCTIONS["sdpa"]` for its own (attention.py). For LoRA (lora_apply.py) it reads the
+step's `batch_processor.inputs_and_outputs.requests_in_batch` beside the forward's `cu_seq_lens_q` (looked up when
+the first adapted step runs: the attribute exists only once the manager runs). Should a
 transformers release rename one of them, the runtime would not fail: it would sample greedily, or report no KV
 block in use. So each is looked up here before the model loads (and the manager's once it exists), and a
 missing one stops the engine with an error that names it. pyproject.toml pins transformers to the minor

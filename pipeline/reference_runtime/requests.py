@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from pipeline.reference_runtime.kv_cache import Batching, KvCachePlan, SchedulerPolicy, blocks_for
 from pipeline.reference_runtime.sampling import SamplingOptions
@@ -56,6 +56,7 @@ class GenerationRequest:
     streaming: bool = False
     return_log_probs: bool = False
     draft_tokens: list[int] = field(default_factory=list)  # draft_input_ids: verified at its first step
+    lora: Any = None  # lora.LoraRequest: the task id and, on a task's first request, its weights
 
 
 @dataclass

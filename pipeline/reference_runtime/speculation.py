@@ -227,6 +227,9 @@ class SpeculativeEngine:
     # -- public (ReferenceEngine's interface) --------------------------------------------------------
     def validate(self, request: GenerationRequest) -> None:
         check_request(request, self.limits, self.kv_plan)
+        if request.lora is not None:
+            raise RequestError("The reference runtime does not combine LoRA with speculative decoding (NVIDIA states "
+                               "nothing for the engine path either): serve adapters from a build without --speculative.")
 
     def submit(self, request: GenerationRequest, callback: Callback, *,
                is_cancelled: Callable[[], bool] | None = None) -> str:

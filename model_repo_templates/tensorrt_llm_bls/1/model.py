@@ -190,7 +190,9 @@ class TritonPythonModel:
                 llm_inputs.append(pb_utils.Tensor(target, tensor.as_numpy()))
         for source, target in _TO_LLM.items():
             tensor = pb_utils.get_input_tensor_by_name(request, source)
-            if tensor is not None:  # inputs with `reshape: []` arrive without their [1] dimension
+            if tensor is not None and source == "lora_weights":  # as it came: BF16 (a bf16 engine's) has no numpy
+                llm_inputs.append(pb_utils.Tensor.from_dlpack(target, tensor.to_dlpack()))
+            elif tensor is not None:  # inputs with `reshape: []` arrive without their [1] dimension
                 array = tensor.as_numpy()
                 llm_inputs.append(pb_utils.Tensor(target, array.reshape(1, -1) if array.ndim == 1 else array))
 
