@@ -85,7 +85,7 @@ OSL ?= 128
 plan: $(STAMP)
 	$(PIPE) plan --model $(PLAN_MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --isl $(ISL) --osl $(OSL) --goal $(GOAL)
 plan-check: $(STAMP)
-	$(BIN)/python scripts/plan_vs_published.py --cv
+	$(BIN)/python scripts/plan_vs_published.py --cv --aiconfigurator
 
 # The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/core/versions.py).
 # Inside it, `make engine ...` runs the installed pipeline (the image sets MAKEFLAGS, no .venv is made).
