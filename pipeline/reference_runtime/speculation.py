@@ -20,7 +20,7 @@ TensorRT-LLM verifies external draft tokens in the context step), then the engin
   (n = max_matching_ngram_size down to 1) are looked up earlier in prompt + output, and the tokens that
   followed their OLDEST occurrence are the draft (NGramDecodingConfig.is_use_oldest=True, the default).
 `draft_logits` and `draft_acceptance_threshold` are accepted (NVIDIA's tensors) and do not change the
-choice: acceptance here is by the target's own choice, never by probability ratios.
+choice: acceptance is by the target's own choice, never by probability ratios. LoRA is refused here.
 
 Requests run one step at a time in turn (round robin over up to max_batch_size requests) on one worker
 thread, each with its own transformers DynamicCache: speculation trades batch for depth, the regime
@@ -227,9 +227,8 @@ class SpeculativeEngine:
     # -- public (ReferenceEngine's interface) --------------------------------------------------------
     def validate(self, request: GenerationRequest) -> None:
         check_request(request, self.limits, self.kv_plan)
-        if request.lora is not None:
-            raise RequestError("The reference runtime does not combine LoRA with speculative decoding (NVIDIA states "
-                               "nothing for the engine path either): serve adapters from a build without --speculative.")
+        if request.lora is not None:  # NVIDIA states nothing on LoRA with speculation on the engine path either
+            raise RequestError("LoRA with speculative decoding is not served here: build without --speculative.")
 
     def submit(self, request: GenerationRequest, callback: Callback, *,
                is_cancelled: Callable[[], bool] | None = None) -> str:
