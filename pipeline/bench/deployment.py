@@ -57,7 +57,7 @@ def planned_beside_measured(dep: dict[str, Any] | None, levels: list[dict[str, A
             continue
         isl, osl = int(round(lv["isl"]["mean"])), int(round(lv["osl"]["mean"]))
         scenario = Scenario(model, plan_target(dep["gpu"]), dep["quant"] or "fp16", dep["kv_cache"], int(dep["tp"] or 1), isl, osl)
-        predicted = latency(scenario, int(lv["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl}).scaled(factors)
+        predicted = latency(scenario, int(lv["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl}).scaled(factors, plan.get("offsets_ms"))
         measured = {f"{m}_{s}_ms": (lv.get(f"{m}_ms") or {}).get(s) for m in ("ttft", "tpot") for s in ("p50", "p99")}
         passed = all(v is not None and v <= slo.bounds[k] for k, v in measured.items() if k in slo.bounds)
         rows.append({"load": lv["load"], "concurrency": lv["concurrency"], "measured": measured,

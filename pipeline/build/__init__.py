@@ -217,7 +217,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
         "tokenizer": bool(tokenizer),
-        **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors")}} if slo_plan else {}),
+        **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors", "offsets_ms")}} if slo_plan else {}),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,

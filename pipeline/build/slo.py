@@ -36,5 +36,6 @@ def slo_choice(model_path: Path, target, spec) -> dict[str, Any]:
         "kv_cache_free_gpu_mem_fraction": chosen.kv_cache_free_gpu_mem_fraction,
         "concurrency": chosen.concurrency, "prediction": chosen.latency.model_dump(),
         "interval": chosen.interval, "factors": calibration.factors if calibration else None,
+        "offsets_ms": calibration.offsets_ms if calibration else None,
         "calibrated_from": calibration.sources if calibration else None,
     }

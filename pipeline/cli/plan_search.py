@@ -45,7 +45,7 @@ def calibrate_only(model: Path, files: list[Path], gpus: str | None, backend: st
 
     cal = fit_calibration(files, model_spec_from_config(model), model, csv_list(gpus, ()), backend)
     rows = [["target", f"{cal.model} on {cal.gpu} ({cal.backend}), {cal.points} measured points"],
-            ["factors", ", ".join(f"{k} x{v:.3f}" for k, v in cal.factors.items())],
+            ["fit", ", ".join(f"{k} = {v:.3f} x predicted + {cal.offsets_ms.get(k, 0):.1f} ms" for k, v in cal.factors.items())],
             ["error before", f"median {cal.error_before['median_pct']:.1f}%, worst {cal.error_before['worst_pct']:.1f}%"],
             ["error after", f"median {cal.error_after['median_pct']:.1f}%, worst {cal.error_after['worst_pct']:.1f}%"],
             ["interval", ", ".join(f"{k} x/÷ {2.718281828 ** v:.2f}" for k, v in cal.band.items())]]

@@ -3,9 +3,13 @@ results of a deployment built by this pipeline, and the error that remains as an
 
 A bench report (`bench.json`) of a deployment carries a `deployment` block (pipeline/bench/deployment.py):
 the model, GPU, backend, precision and build limits of the engine folder it served. For each measured level
-the planner predicts TTFT and TPOT p50/p99 (planner/slo.py) on that build at that ISL/OSL/concurrency; the
-factor of each metric is the geometric mean of measured/predicted, and its band is the largest remaining
-|log(measured / calibrated prediction)|, so a calibrated prediction v is given as [v e^-band, v e^band].
+the planner predicts TTFT and TPOT p50/p99 (planner/slo.py) on that build at that ISL/OSL/concurrency. Each
+metric is fitted as measured = factor x predicted + offset (ms), least squares on the relative error: the
+offset is what the model has no term for (a fixed cost per request or per iteration: on the CPU, Python), the
+factor what it gets wrong in proportion, so the fit carries to other ISL/OSL better than a factor alone.
+Where the levels do not tell the two apart (their predictions hardly differ) or the fit would need a negative
+offset, the factor alone (the geometric mean of measured/predicted) is fitted. The band is the largest
+remaining |log(measured / calibrated prediction)|: a calibrated prediction v is given as [v e^-band, v e^band].
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Calibration(BaseModel):
     backend: str
     target: GpuSpec  # the figures the factors were fitted against (the CPU's measured ones)
     factors: dict[str, float]
+    offsets_ms: dict[str, float] = {}
     band: dict[str, float]
     error_before: dict[str, float]  # median and worst |predicted/measured - 1|, %
     error_after: dict[str, float]
@@ -46,6 +51,9 @@ class Calibration(BaseModel):
 
     def matches(self, gpu: str, backend: str) -> bool:
         return self.gpu == get_gpu(gpu).key and self.backend == backend
+
+    def apply(self, value: Latency) -> Latency:
+        return value.scaled(self.factors, self.offsets_ms)
 
     def interval(self, value: Latency) -> dict[str, tuple[float, float]]:
         out = {}
@@ -108,8 +116,24 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
     return out
 
 
-def _errors(pairs: list[tuple[str, float, float]], factors: dict[str, float]) -> dict[str, float]:
-    errors = [abs(p * factors.get(m, 1.0) / v - 1) * 100 for m, v, p in pairs]
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(factor, offset) minimising sum(((factor p + offset) - m) / m)^2 over (measured m, predicted p)."""
+    xs, ys = [p / m for m, p in points], [1 / m for m, _ in points]
+    sxx, sxy, syy = sum(x * x for x in xs), sum(x * y for x, y in zip(xs, ys)), sum(y * y for y in ys)
+    sx, sy = sum(xs), sum(ys)
+    det = sxx * syy - sxy * sxy
+    predicted = [p for _, p in points]
+    if len(points) >= 2 and (max(predicted) - min(predicted)) / max(predicted) > 0.15 and det > 1e-12 * sxx * syy:
+        factor, offset = (sx * syy - sy * sxy) / det, (sy * sxx - sx * sxy) / det
+        if factor > 0 and offset >= 0:
+            return factor, offset
+    return math.exp(statistics.fmean(math.log(m / p) for m, p in points)), 0.0
+
+
+def _errors(pairs: list[tuple[str, float, float]], factors: dict[str, float],
+            offsets: dict[str, float] | None = None) -> dict[str, float]:
+    offsets = offsets or {}
+    errors = [abs((p * factors.get(m, 1.0) + offsets.get(m, 0.0)) / v - 1) * 100 for m, v, p in pairs]
     return {"median_pct": round(statistics.median(errors), 2), "worst_pct": round(max(errors), 2)}
 
 
@@ -132,14 +156,16 @@ def fit_calibration(files: list[Path], model: ModelSpec, model_path: Path, gpus:
     pairs = [pair for _, data in reports for pair in _pairs(data, model, target)]
     if not pairs:
         raise InvalidInputError("The bench reports hold no completed concurrency level to calibrate on.", hint=BENCH_HINT)
-    factors, band = {}, {}
+    factors, offsets, band = {}, {}, {}
     for metric in METRICS:
-        logs = [math.log(v / p) for m, v, p in pairs if m == metric]
-        if logs:
-            factors[metric] = round(math.exp(statistics.fmean(logs)), 4)
-            band[metric] = round(max(abs(x - math.log(factors[metric])) for x in logs), 4)
-    return Calibration(model=name, gpu=get_gpu(gpu).key, backend=backend, target=target, factors=factors, band=band,
-                       error_before=_errors(pairs, {}), error_after=_errors(pairs, factors), points=len(pairs),
+        points = [(v, p) for m, v, p in pairs if m == metric]
+        if points:
+            factor, offset = _fit(points)
+            factors[metric], offsets[metric] = round(factor, 4), round(offset, 3)
+            band[metric] = round(max(abs(math.log(v / (factor * p + offset))) for v, p in points), 4)
+    return Calibration(model=name, gpu=get_gpu(gpu).key, backend=backend, target=target, factors=factors,
+                       offsets_ms=offsets, band=band, error_before=_errors(pairs, {}),
+                       error_after=_errors(pairs, factors, offsets), points=len(pairs),
                        sources=[str(p) for p, _ in reports])
 
 
@@ -148,4 +174,4 @@ def prediction_error(files: list[Path], model: ModelSpec, calibration: Calibrati
     out-of-sample check of a calibration."""
     target = calibration.target if calibration else None
     pairs = [pair for f in files for pair in _pairs(_read(Path(f)), model, target or plan_target(_read(Path(f))["deployment"]["gpu"]))]
-    return _errors(pairs, calibration.factors if calibration else {})
+    return _errors(pairs, calibration.factors if calibration else {}, calibration.offsets_ms if calibration else None)

@@ -198,7 +198,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         factors = calibration.factors if calibrated else {}  # type: ignore[union-attr]
 
         def scale(value: Latency) -> Latency:
-            return value.scaled(factors) if factors else value
+            return calibration.apply(value) if factors else value  # type: ignore[union-attr]
 
         for quant in spec.quants:
             for kv in _kv_options(spec, gpu):

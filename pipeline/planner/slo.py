@@ -78,14 +78,20 @@ class Latency(BaseModel):
     def value(self, key: str) -> float:
         return float(getattr(self, key))
 
-    def scaled(self, factors: dict[str, float]) -> "Latency":
-        """TTFT and TPOT multiplied by factors["ttft"] / factors["tpot"] (a calibration), throughput to match."""
-        ttft, tpot = factors.get("ttft", 1.0), factors.get("tpot", 1.0)
+    def scaled(self, factors: dict[str, float], offsets_ms: dict[str, float] | None = None) -> "Latency":
+        """A calibration applied: TTFT and TPOT times factors["ttft"] / factors["tpot"] plus offsets_ms of the
+        same keys; throughput in proportion to the TPOT p50."""
+        offsets = offsets_ms or {}
+
+        def cal(metric: str, value: float) -> float:
+            return round(value * factors.get(metric, 1.0) + offsets.get(metric, 0.0), 3)
+
+        slower = cal("tpot", self.tpot_p50_ms) / self.tpot_p50_ms if self.tpot_p50_ms else 1.0
         return self.model_copy(update={
-            "ttft_p50_ms": round(self.ttft_p50_ms * ttft, 3), "ttft_p99_ms": round(self.ttft_p99_ms * ttft, 3),
-            "tpot_p50_ms": round(self.tpot_p50_ms * tpot, 3), "tpot_p99_ms": round(self.tpot_p99_ms * tpot, 3),
-            "output_tokens_per_s": round(self.output_tokens_per_s / tpot, 2),
-            "output_tokens_per_s_per_user": round(self.output_tokens_per_s_per_user / tpot, 3),
+            "ttft_p50_ms": cal("ttft", self.ttft_p50_ms), "ttft_p99_ms": cal("ttft", self.ttft_p99_ms),
+            "tpot_p50_ms": cal("tpot", self.tpot_p50_ms), "tpot_p99_ms": cal("tpot", self.tpot_p99_ms),
+            "output_tokens_per_s": round(self.output_tokens_per_s / slower, 2),
+            "output_tokens_per_s_per_user": round(self.output_tokens_per_s_per_user / slower, 3),
         })
 
 

@@ -5,7 +5,7 @@ calibration made the prediction at the other ISL/OSL better.
 
 The machine is shared and noisy, so the SLO is placed by the test from the calibrated planner's own
 predictions where the pass/fail margin is widest: TTFT p99 of a burst of clients grows with the prompts it
-prefills (compute-bound at ISL 128 on a CPU), so the bound sits halfway (geometrically) between the prediction
+prefills (compute-bound at ISL 256 on a CPU), so the bound sits halfway (geometrically) between the prediction
 at the chosen concurrency and at 1.5x it; the TPOT bound is loose.
 """
 
@@ -22,7 +22,7 @@ from pipeline.cli import run
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 CAL_ISL, CAL_OSL = 32, 16  # the calibration bench
-ISL, OSL = 128, 8  # the SLO's traffic: a different ISL/OSL
+ISL, OSL = 256, 8  # the SLO's traffic: a different ISL/OSL
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     # 1. a deployment to calibrate on: batch 8, benched at CAL_ISL/CAL_OSL
     first = _built(capsys, "--checkpoint", str(hf), "--max-batch-size", "8", "--max-input-len", "256", "--max-seq-len", "512")
     with _serve(Path(first["engine_dir"]), tmp_path / "cal.log") as server:
-        code, cal_report = _bench(server, tmp_path / "cal", CAL_ISL, CAL_OSL, "1,2")
+        code, cal_report = _bench(server, tmp_path / "cal", CAL_ISL, CAL_OSL, "1,2,4")
     assert code == 0 and cal_report["deployment"]["gpu"] == "cpu" and cal_report["deployment"]["max_batch_size"] == 8
     cal_file = next((tmp_path / "cal").glob("bench-*/bench.json"))
     calibration = fit_calibration([cal_file], model, hf, ("cpu",))
@@ -73,7 +73,7 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     # 2. the SLO, placed from the calibrated planner at ISL/OSL (see the module docstring)
     scenario = Scenario(model, calibration.target, "fp16", None, 1, ISL, OSL)
     build = {"max_batch_size": 8, "max_num_tokens": 2048, "kv_cache_free_gpu_mem_fraction": 0.95}
-    at = {c: latency(scenario, c, build).scaled(calibration.factors) for c in (1, 2)}
+    at = {c: calibration.apply(latency(scenario, c, build)) for c in (1, 2)}
     ttft_bound = math.sqrt(at[1].ttft_p99_ms * at[2].ttft_p99_ms)
     slo = f"ttft_p99_ms={ttft_bound:.0f},tpot_p99_ms={3 * at[2].tpot_p99_ms:.0f}"
 
@@ -88,7 +88,7 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     over = math.ceil(1.5 * concurrency)
     assert plan["prediction"]["ttft_p99_ms"] <= ttft_bound
     # the planner itself says 1.5x fails
-    over_predicted = latency(scenario, over, {k: plan[k] for k in build}).scaled(calibration.factors)
+    over_predicted = calibration.apply(latency(scenario, over, {k: plan[k] for k in build}))
     assert over_predicted.ttft_p99_ms > ttft_bound or over_predicted.tpot_p99_ms > 3 * at[2].tpot_p99_ms
 
     # 4. serve it; bench at the predicted concurrency (gate passes) and at 1.5x (gate fails), with the SLO as gates
@@ -96,6 +96,9 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     with _serve(engine, tmp_path / "slo.log") as server:
         ok, passed = _bench(server, tmp_path / "pass", ISL, OSL, str(concurrency), *gates)
         failed_code, failed = _bench(server, tmp_path / "fail", ISL, OSL, str(over), *gates)
+    for report in (cal_report, passed, failed):
+        print("\nmeasured", [(lv["load"], lv["isl"]["mean"], lv["osl"]["mean"], lv["ttft_ms"]["p50"], lv["ttft_ms"]["p99"],
+                             lv["tpot_ms"]["p50"], lv["tpot_ms"]["p99"]) for lv in report["levels"]], report.get("planned"))
     assert ok == 0, passed["slo"]
     assert passed["planned"][0]["slo_predicted_pass"] and passed["planned"][0]["slo_measured_pass"]
     assert failed_code == 4, failed["slo"]
@@ -105,7 +108,7 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     other = [next((tmp_path / d).glob("bench-*/bench.json")) for d in ("pass", "fail")]
     before = prediction_error(other, model, None)
     after = prediction_error(other, model, calibration)
-    print(f"\ncalibration at ISL {CAL_ISL}/OSL {CAL_OSL}: factors {calibration.factors}, in-sample error "
+    print(f"\ncalibration at ISL {CAL_ISL}/OSL {CAL_OSL}: factors {calibration.factors} offsets {calibration.offsets_ms}, in-sample error "
           f"{calibration.error_before} -> {calibration.error_after}; at ISL {ISL}/OSL {OSL}: {before} -> {after}; "
           f"SLO {slo}, chosen batch {plan['max_batch_size']} at concurrency {concurrency}")
     assert after["median_pct"] < before["median_pct"]

@@ -81,7 +81,8 @@ def test_an_infeasible_slo_names_the_closest_build_and_what_it_reaches() -> None
     assert result.closest.build in error.value.message and "ttft_p99_ms" in error.value.message
 
 
-def _bench_file(tmp_path: Path, name: str, *, model: str, gpu: str, factor: float, isl: int, osl: int) -> Path:
+def _bench_file(tmp_path: Path, name: str, *, model: str, gpu: str, factor: float, isl: int, osl: int,
+                offset: float = 0.0) -> Path:  # offset: a fixed TTFT cost (ms) the model has no term for
     """A bench.json whose measurements are the planner's own prediction times `factor` (what calibration must find)."""
     build = {"max_batch_size": 16, "max_num_tokens": 4096, "kv_cache_free_gpu_mem_fraction": 0.9}
     scenario = P.Scenario(LLAMA_8B, gpu, "fp8", "fp8", 1, isl, osl)
@@ -89,7 +90,7 @@ def _bench_file(tmp_path: Path, name: str, *, model: str, gpu: str, factor: floa
     for c in (1, 4, 8):
         lat = latency(scenario, c, {**build, "max_input_len": isl, "max_seq_len": isl + osl})
         levels.append({"load": f"c={c}", "concurrency": c, "completed": 8, "isl": {"mean": isl}, "osl": {"mean": osl},
-                       "ttft_ms": {"p50": lat.ttft_p50_ms * factor, "p99": lat.ttft_p99_ms * factor},
+                       "ttft_ms": {"p50": lat.ttft_p50_ms * factor + offset, "p99": lat.ttft_p99_ms * factor + offset},
                        "tpot_ms": {"p50": lat.tpot_p50_ms * factor, "p99": lat.tpot_p99_ms * factor}})
     deployment = {"model": model, "gpu": gpu, "backend": "tensorrt", "quant": "fp8", "kv_cache": "fp8", "tp": 1, **build}
     path = tmp_path / f"{name}.json"
@@ -109,6 +110,15 @@ def test_calibration_finds_the_factor_and_its_prediction_holds_at_another_isl(tm
     calibrated = search(_spec("tpot_p99_ms=60", gpus=("h100",), quants=("fp8",), tps=(1,)), load_prices(), cal)
     best = calibrated.best_per_gpu[0]
     assert best.interval and best.interval["tpot_p99_ms"][0] <= best.latency.tpot_p99_ms <= best.interval["tpot_p99_ms"][1]
+
+
+def test_calibration_separates_a_fixed_cost_from_a_proportional_one(tmp_path: Path) -> None:
+    model = P.model_spec_from_config(LLAMA_8B)
+    fitted = _bench_file(tmp_path, "a", model="llama-3.1-8b", gpu="h100-sxm", factor=1.3, offset=25.0, isl=512, osl=64)
+    other = _bench_file(tmp_path, "b", model="llama-3.1-8b", gpu="h100-sxm", factor=1.3, offset=25.0, isl=4096, osl=256)
+    cal = fit_calibration([fitted], model, LLAMA_8B, ("h100",))
+    assert cal.factors["ttft"] == pytest.approx(1.3, rel=1e-2) and cal.offsets_ms["ttft"] == pytest.approx(25.0, rel=2e-2)
+    assert prediction_error([other], model, cal)["worst_pct"] < 1.0 < prediction_error([other], model, None)["worst_pct"]
 
 
 @pytest.mark.parametrize("model, gpu, words", [("llama-3.1-70b", "h100-sxm", "another model"), ("llama-3.1-8b", "h200", "another GPU")])
