@@ -4,9 +4,10 @@ the planner says meets the SLO (the gate passes) and at 1.5x it (the gate fails,
 calibration made the prediction at the other ISL/OSL better.
 
 The machine is shared and noisy, so the SLO is placed by the test from the calibrated planner's own
-predictions where the pass/fail margin is widest: TTFT p99 of a burst of clients grows with the prompts it
-prefills (compute-bound at ISL 256 on a CPU), so the bound sits halfway (geometrically) between the prediction
-at the chosen concurrency and at 1.5x it; the TPOT bound is loose.
+predictions where the pass/fail margin is widest: the TTFT of clients that arrive together grows with the
+prompts prefilled ahead of them (compute-bound at ISL 256 on a CPU), so the TTFT bound sits halfway
+(geometrically) between the p99 predicted for one client and for two (the planner's p99 is that burst; its p50
+is the steady state, which a short closed-loop bench does not reach). The TPOT bound is loose.
 """
 
 from __future__ import annotations
@@ -74,22 +75,23 @@ def test_slo_choice_passes_at_its_concurrency_fails_at_1_5x_and_calibration_help
     scenario = Scenario(model, calibration.target, "fp16", None, 1, ISL, OSL)
     build = {"max_batch_size": 8, "max_num_tokens": 2048, "kv_cache_free_gpu_mem_fraction": 0.95}
     at = {c: calibration.apply(latency(scenario, c, build)) for c in (1, 2)}
-    ttft_bound = math.sqrt(at[1].ttft_p99_ms * at[2].ttft_p99_ms)
-    slo = f"ttft_p99_ms={ttft_bound:.0f},tpot_p99_ms={3 * at[2].tpot_p99_ms:.0f}"
+    ttft_bound = round(math.sqrt(at[1].ttft_p99_ms * at[2].ttft_p99_ms))
+    tpot_bound = round(3 * at[2].tpot_p99_ms)
+    slo = f"ttft_p99_ms={ttft_bound},tpot_p99_ms={tpot_bound}"
 
     # 3. build for the SLO (calibrated): the manifest records the SLO and the prediction
     chosen = _built(capsys, "--checkpoint", str(hf), "--slo", slo, "--isl", str(ISL), "--osl", str(OSL),
                     "--calibrate", str(cal_file), "--max-input-len", "256", "--max-seq-len", "512")
     engine = Path(chosen["engine_dir"])
     plan = json.loads((engine / "manifest.json").read_text())["slo_plan"]
-    assert plan["slo"] == {"ttft_p99_ms": float(f"{ttft_bound:.0f}"), "tpot_p99_ms": float(f"{3 * at[2].tpot_p99_ms:.0f}")}
+    assert plan["slo"] == {"ttft_p99_ms": ttft_bound, "tpot_p99_ms": tpot_bound}
     assert plan["max_batch_size"] == chosen["plan"]["limits"]["max_batch_size"]
     concurrency = plan["concurrency"]
     over = math.ceil(1.5 * concurrency)
     assert plan["prediction"]["ttft_p99_ms"] <= ttft_bound
     # the planner itself says 1.5x fails
     over_predicted = calibration.apply(latency(scenario, over, {k: plan[k] for k in build}))
-    assert over_predicted.ttft_p99_ms > ttft_bound or over_predicted.tpot_p99_ms > 3 * at[2].tpot_p99_ms
+    assert over_predicted.ttft_p99_ms > ttft_bound or over_predicted.tpot_p99_ms > tpot_bound
 
     # 4. serve it; bench at the predicted concurrency (gate passes) and at 1.5x (gate fails), with the SLO as gates
     gates = [a for k, v in plan["slo"].items() for a in ("--slo", f"{k}={v:g}")]
