@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import BackendOpt, GoalOpt, JsonOpt, KvCacheOpt, set_json
-from pipeline.cli.plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PriceOpt, PricesOpt, RateOpt, SloOpt,
+from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PriceOpt, PricesOpt, RateOpt, SloOpt,
                                       TpsOpt, calibrate_only, int_list, search_command)
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.output import OUT, simple_table
@@ -52,8 +52,9 @@ def plan_command(
     out: PlanOutOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone); with
-    --slo, which build on which GPU meets TTFT/TPOT SLOs, at what cost; with --calibrate, how far off it is."""
+    """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone).
+
+    With --slo: which build on which GPU meets TTFT/TPOT SLOs, and at what cost; with --calibrate: how far off it is."""
     set_json(json_output)
     if slo:
         opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,

@@ -1,5 +1,5 @@
 """`pipeline plan --slo ...` and `pipeline plan --calibrate BENCH.json...`: options, the call to the planner's
-search (pipeline/planner/search.py) and the printed tables; the command itself is in cli/plan.py."""
+search (pipeline/planner/search.py) and the printed tables; the command itself is in cli/plan.py (a module without a command: its name starts with `_`)."""
 
 from __future__ import annotations
 
