@@ -55,6 +55,9 @@ class EngineJobSpec(BaseModel):
     dry_run: bool = False
     backend: Backend = DEFAULT_BACKEND
     root: Path | None = None
+    slo: str | None = None  # the build's limits chosen for this SLO (pipeline/build/slo.py), at isl/osl
+    isl: int | None = Field(None, ge=1)
+    osl: int | None = Field(None, ge=1)
 
 
 class JobStep(BaseModel):
@@ -147,13 +150,14 @@ def run_engine_job(
     # The reference runtime serves the HF weights with the precision simulated; a GPU engine is built from
     # the TensorRT-LLM checkpoint (which carries its precision).
     # A PyTorch-backend deployable is made from the HF checkpoint on either (the CPU one links its 16-bit source).
+    slo = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
     if pytorch:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND)
     elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
-                               goal=spec.goal)
+                               goal=spec.goal, **slo)
     else:
-        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal)
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, **slo)
     t = time.perf_counter()
     built = build_engine(build_spec, reporter)
     engine_dir = built.output_dir

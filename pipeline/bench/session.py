@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.bench import metrics as M
+from pipeline.bench.deployment import deployment, planned_beside_measured
 from pipeline.bench.diagnosis import Hint, diagnose
 from pipeline.bench.gates import GateResult, check_gates
 from pipeline.bench.runner import LevelRun, Load, RequestRecord, Runner
@@ -40,6 +41,8 @@ class BenchResult:
     hints: list[Hint] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
     prediction: list[dict[str, Any]] | None = None
+    deployment: dict[str, Any] | None = None  # the engine folder served (pipeline/bench/deployment.py)
+    planned: list[dict[str, Any]] | None = None  # its SLO plan's prediction beside the measurement
     notes: list[str] = field(default_factory=list)
     out_dir: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
@@ -53,7 +56,8 @@ class BenchResult:
             "spec": self.spec, "served_model": self.served_model, "tokenizer_dir": self.tokenizer_dir,
             "levels": [{**lv, "per_request": reqs} for lv, reqs in zip(self.levels, self.requests)],
             "server": self.servers, "prefill_decode": self.prefill_decode, "diagnosis": self.hints,
-            "slo": self.gates, "prediction": self.prediction, "notes": self.notes, "files": self.files,
+            "slo": self.gates, "prediction": self.prediction, "deployment": self.deployment, "planned": self.planned,
+            "notes": self.notes, "files": self.files,
         }
 
 
@@ -305,6 +309,8 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
     result.hints = diagnose(result.levels, result.servers, result.prefill_decode)
     result.gates = check_gates(spec.slo, [lv for lv in result.levels])
     result.prediction = predictions(spec, result)
+    result.deployment = deployment(tokenizer_dir)
+    result.planned = planned_beside_measured(result.deployment, result.levels)
     if write:
         write_run(result, report_dir(spec, tokenizer_dir, info.name))
     return result

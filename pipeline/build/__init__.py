@@ -62,6 +62,10 @@ class BuildSpec(BaseModel):
     gemm_plugin: str | None = None
     force: bool = False
     backend: Backend = DEFAULT_BACKEND
+    slo: str | None = None  # `--slo`: limits chosen by the planner's SLO search (pipeline/build/slo.py)
+    slo_isl: int | None = Field(None, ge=1)
+    slo_osl: int | None = Field(None, ge=1)
+    calibrate: tuple[Path, ...] = ()  # bench.json files the SLO search is calibrated with
 
 
 class BuildPlan(PlannedProfile):
@@ -72,6 +76,7 @@ class BuildPlan(PlannedProfile):
     command: list[str]
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
+    slo_plan: dict[str, Any] | None = None  # the SLO choice the limits come from (pipeline/build/slo.py)
 
     @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
@@ -177,8 +182,16 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     if ckpt.pp > ckpt.shape.num_layers:
         raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
     target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
-    limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
-                            max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens)
+    slo_plan = None
+    if spec.slo:
+        from pipeline.build.slo import slo_choice
+
+        slo_plan = slo_choice(ckpt.hf_dir or ckpt.path, target, spec)
+    chosen = slo_plan or {}  # an SLO build is for its ISL/OSL unless the lengths are given
+    limits = default_limits(target, max_input_len=spec.max_input_len or chosen.get("isl"),
+                            max_seq_len=spec.max_seq_len or (chosen["isl"] + chosen["osl"] if chosen else None),
+                            max_batch_size=spec.max_batch_size or (slo_plan or {}).get("max_batch_size"),
+                            max_num_tokens=spec.max_num_tokens or (slo_plan or {}).get("max_num_tokens"))
     if gpu.is_cpu:
         flags: list[Flag] = []
     else:
@@ -206,6 +219,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
         "tokenizer": bool(tokenizer),
+        **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors", "offsets_ms")}} if slo_plan else {}),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
@@ -213,7 +227,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
-        tokenizer=tokenizer,
+        tokenizer=tokenizer, slo_plan=slo_plan,
     )
 
 
@@ -254,6 +268,7 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "memory_estimate": plan.memory.model_dump(),
         "timings": timings,
         "peak_rss_mib": peak_rss_mib,
+        **({"slo_plan": plan.slo_plan} if plan.slo_plan else {}),
     }
 
 

@@ -126,7 +126,12 @@ def _print(result) -> None:
         text = "Planner prediction (measured / predicted): " + "; ".join(
             f"{p['load']} TTFT {p['ttft_ms'] or 0:.1f}/{p['pred_ttft_ms']:.1f} ms, TPOT {p['tpot_ms'] or 0:.2f}/{p['pred_tpot_ms']:.2f} ms"
             for p in result.prediction) + "\n" + text
+    if result.planned:
+        text = "Built for SLO (measured / predicted): " + "; ".join(
+            f"{p['load']} " + ", ".join(f"{k} {p['measured'][k] or 0:.1f}/{p['predicted'][k]:.1f}" for k in p["slo"])
+            + f" -> {'pass' if p['slo_measured_pass'] else 'FAIL'} (predicted {'pass' if p['slo_predicted_pass'] else 'fail'})"
+            for p in result.planned) + "\n" + text
     summary = {"out_dir": result.out_dir, "levels": result.levels, "server": result.servers,
                "prefill_decode": result.prefill_decode, "diagnosis": result.hints, "slo": result.gates,
-               "prediction": result.prediction}
+               "prediction": result.prediction, "planned": result.planned}
     OUT.result(summary, table=table, text=text)

@@ -4,7 +4,7 @@ with `--backend pytorch`, a PyTorch-backend deployable (HF checkpoint + LLM-API 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
@@ -29,6 +29,10 @@ MaxBatchOpt = Annotated[Optional[int], typer.Option(
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-num-tokens", min=1, help="Batched tokens per step (default per goal).")]
 BlockOpt = Annotated[Optional[int], typer.Option("--tokens-per-block", min=1, help="Paged KV block size (default 32 latency, 64 throughput).")]
 GemmOpt = Annotated[Optional[str], typer.Option("--gemm-plugin", help="Override the GEMM plugin choice (auto, float16, bfloat16, fp8, nvfp4, disable).")]
+BuildSloOpt = Annotated[Optional[str], typer.Option("--slo", help="Choose max_batch_size / max_num_tokens / KV fraction for SLOs (as `pipeline plan --slo`), with --isl/--osl.")]
+SloIslOpt = Annotated[Optional[int], typer.Option("--isl", min=1, help="Prompt tokens the --slo choice is planned for.")]
+SloOslOpt = Annotated[Optional[int], typer.Option("--osl", min=1, help="Output tokens the --slo choice is planned for.")]
+BuildCalibrateOpt = Annotated[Optional[List[Path]], typer.Option("--calibrate", help="bench.json of this deployment (repeat): calibrate the --slo choice.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 
@@ -52,6 +56,10 @@ def build(
     max_num_tokens: MaxTokensOpt = None,
     tokens_per_block: BlockOpt = None,
     gemm_plugin: GemmOpt = None,
+    slo: BuildSloOpt = None,
+    isl: SloIslOpt = None,
+    osl: SloOslOpt = None,
+    calibrate: BuildCalibrateOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -65,7 +73,7 @@ def build(
         gpu=resolve_gpu(gpu), checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
-        backend=backend,
+        backend=backend, slo=slo, slo_isl=isl, slo_osl=osl, calibrate=tuple(calibrate or ()),
     )
     pytorch = backend == "pytorch"
     if dry_run:

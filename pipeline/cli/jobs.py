@@ -16,6 +16,9 @@ from pipeline.core.reporting import OutputReporter
 SourceArg = Annotated[str, typer.Argument(help="Download source: demo, hf:org/name[@rev], local:PATH, gguf:PATH.")]
 EvalOpt = Annotated[bool, typer.Option("--eval", help="Run the accuracy gate and record it in the checkpoint manifest.")]
 MaxDeltaOpt = Annotated[Optional[float], typer.Option("--max-delta", help="Allowed relative perplexity rise for --eval.")]
+JobSloOpt = Annotated[Optional[str], typer.Option("--slo", help="Build limits chosen for SLOs (see `pipeline build --slo`), with --isl/--osl.")]
+JobIslOpt = Annotated[Optional[int], typer.Option("--isl", min=1, help="Prompt tokens the --slo choice is planned for.")]
+JobOslOpt = Annotated[Optional[int], typer.Option("--osl", min=1, help="Output tokens the --slo choice is planned for.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Stop at the build plan (no trtllm-build, no render).")]
 
 
@@ -55,13 +58,17 @@ def engine(
     max_delta: MaxDeltaOpt = None,
     dry_run: DryRunOpt = False,
     backend: BackendOpt = "tensorrt",
+    slo: JobSloOpt = None,
+    isl: JobIslOpt = None,
+    osl: JobOslOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs. With
     --backend pytorch: convert --format hf, then the LLM-API deployable and its Triton LLM-API repository."""
     set_json(json_output)
     spec = spec_from_options(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
-                       evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run, backend=backend)
+                       evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run, backend=backend,
+                             slo=slo, isl=isl, osl=osl)
     result = run_engine_job(spec, on_step=_show, reporter=OutputReporter())
     rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]
     OUT.result(result, table=simple_table(f"engine: {gpu} {quant} {goal}", ["step", "s", "result", "where"], rows))

@@ -7,11 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, QuantOpt, TpOpt, set_json
-from pipeline.core.errors import UnsupportedError
+from pipeline.cli._options import BackendOpt, GoalOpt, JsonOpt, KvCacheOpt, set_json
+from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PriceOpt, PricesOpt, RateOpt, SloOpt,
+                                      TpsOpt, calibrate_only, int_list, search_command)
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.output import OUT, simple_table
 from pipeline.planner import PlanResult, PlanSpec, plan
 
+PlanGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key from `pipeline gpus` (one configuration; --slo searches --gpus).")]
+PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16).")]
 ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]
 IslOpt = Annotated[int, typer.Option("--isl", min=1, help="Input sequence length (prompt tokens).")]
 OslOpt = Annotated[int, typer.Option("--osl", min=1, help="Output sequence length (generated tokens).")]
@@ -28,21 +32,44 @@ def register(app: typer.Typer) -> None:
 
 def plan_command(
     model: ModelConfigOpt,
-    gpu: GpuOpt,
-    quant: QuantOpt = "fp16",
+    gpu: PlanGpuOpt = None,
+    quant: PlanQuantOpt = None,
     kv_cache: KvCacheOpt = None,
-    tp: TpOpt = 1,
+    tp: TpsOpt = None,
     isl: IslOpt = 1024,
     osl: OslOpt = 128,
     concurrency: ConcurrencyOpt = 1,
     goal: GoalOpt = "throughput",
     kv_fraction: KvFractionOpt = None,
+    slo: SloOpt = None,
+    rate: RateOpt = None,
+    gpus: GpusOpt = None,
+    backend: BackendOpt = "tensorrt",
+    batch_sizes: BatchSizesOpt = None,
+    prices: PricesOpt = None,
+    price: PriceOpt = None,
+    calibrate: CalibrateOpt = None,
+    out: PlanOutOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone)."""
+    """Will it fit, how fast will it be, and which trtllm-build limits to use (from config.json alone).
+
+    With --slo: which build on which GPU meets TTFT/TPOT SLOs, and at what cost; with --calibrate: how far off it is."""
     set_json(json_output)
+    if slo:
+        opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,
+                    batch_sizes=batch_sizes, prices=prices, price=price, calibrate=calibrate, out=out)
+        return search_command(model, slo, isl, osl, opts)
+    if calibrate:
+        return calibrate_only(model, list(calibrate), gpus or gpu, backend)
+    if not gpu:
+        raise InvalidInputError("Plan for which GPU?", hint="Give --gpu KEY for one configuration, or --slo ... to search GPUs.")
+    sizes = int_list(tp, (1,), "--tp") or (1,)
+    if len(sizes) > 1:
+        raise InvalidInputError(f"--tp {tp}: one size for one configuration.", hint="Give one --tp, or search several with --slo.")
+    tp_size = sizes[0]
     spec = PlanSpec(
-        model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp, isl=isl, osl=osl,
+        model=model, gpu=gpu, quant=quant or "fp16", kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction,
     )
     result = plan(spec)

@@ -87,7 +87,7 @@ def link_bandwidth(gpu: GpuSpec) -> tuple[float, float]:
 
 
 def require_figures(gpu: GpuSpec) -> None:
-    if gpu.is_cpu or not gpu.memory_gib or not gpu.hbm_bandwidth_tbps or not gpu.dense_bf16_tflops:
+    if not gpu.memory_gib or not gpu.hbm_bandwidth_tbps or not gpu.dense_bf16_tflops:
         usable = [k for k, g in gpu_table().items() if g.memory_gib and g.hbm_bandwidth_tbps and g.dense_bf16_tflops]
         raise UnsupportedError(
             f"The planner has no memory/bandwidth/FLOP figures for {gpu.key!r}.",

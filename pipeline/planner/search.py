@@ -1,0 +1,268 @@
+"""`pipeline plan --slo`: search GPU x precision x KV-cache precision x TP x max_batch_size x max_num_tokens
+for the builds that meet TTFT/TPOT SLOs, with the planner's own model (planner/slo.py for p50/p99).
+
+Per build it finds the highest concurrency whose predicted latencies meet every bound (at most the batch
+the build keeps in flight: clients beyond it only queue), then the tokens/s per GPU and per user there,
+the replicas a request rate needs, the cost from the price table, and the accuracy cost of the precision
+where `pipeline evaluate` measured it. A calibration (planner/calibrate.py) scales the predictions of its
+GPU and backend and gives them an interval.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.gpus import MATRIX_COLUMNS, MATRIX_KV_COLUMNS, get_gpu, pytorch_supports
+from pipeline.planner.accuracy import accuracy_costs
+from pipeline.planner.calibrate import Calibration
+from pipeline.planner.cpu import plan_target
+from pipeline.planner.memory import memory_plan
+from pipeline.planner.prices import Price
+from pipeline.planner.recommend import recommend
+from pipeline.planner.scenario import Scenario
+from pipeline.planner.shapes import ModelSpec, model_spec_from_config
+from pipeline.planner.slo import Latency, SloTarget, latency, meets, shortfall
+
+Backend = Literal["tensorrt", "pytorch"]
+DEFAULT_GPUS = ("h100-sxm", "h200", "l40s", "a100-80gb")
+DEFAULT_QUANTS = ("fp8", "int4_awq", "fp16")
+DEFAULT_TPS = (1, 2, 4)
+TOKEN_BUDGETS = (2048, 8192)  # max_num_tokens tried beside the throughput recommendation's
+MAX_BATCH = 4096
+
+
+class SearchSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: Path
+    slo: SloTarget
+    isl: int = Field(ge=1)
+    osl: int = Field(ge=1)
+    rate: float | None = None  # requests/s to serve (replicas)
+    gpus: tuple[str, ...] = DEFAULT_GPUS
+    quants: tuple[str, ...] = DEFAULT_QUANTS
+    kv_caches: tuple[str, ...] | None = None  # None: the 16-bit cache, and FP8 where the GPU runs it
+    tps: tuple[int, ...] = DEFAULT_TPS
+    backend: Backend = "tensorrt"
+    batch_sizes: tuple[int, ...] | None = None  # None: powers of two up to what the KV cache holds
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str
+    quant: str
+    kv_cache: str
+    tp: int
+    backend: str
+    max_batch_size: int
+    max_num_tokens: int
+    kv_cache_free_gpu_mem_fraction: float
+    concurrency: int
+    latency: Latency
+    interval: dict[str, tuple[float, float]] | None = None  # key -> (low, high) from the calibration's error
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    replicas: int | None = None
+    gpus_needed: int | None = None
+    usd_per_hour: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    price_source: str | None = None
+    accuracy: dict[str, Any] | None = None
+
+    def label(self) -> str:
+        kv = "" if self.kv_cache == "auto" else f"/kv-{self.kv_cache}"
+        return (f"{self.tp}x {self.gpu} {self.quant}{kv} {self.backend} batch {self.max_batch_size} "
+                f"tokens {self.max_num_tokens} at concurrency {self.concurrency}")
+
+
+class Miss(BaseModel):
+    """The closest build that does not meet the SLO: what it reaches at concurrency 1."""
+
+    model_config = ConfigDict(frozen=True)
+
+    build: str
+    shortfall: float
+    latency: Latency
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    slo: dict[str, float]
+    isl: int
+    osl: int
+    rate: float | None
+    backend: str
+    best_per_gpu: list[Candidate]
+    pareto: list[Candidate]
+    candidates: int
+    feasible: int
+    skipped: dict[str, str]
+    closest: Miss | None
+    points: list[tuple[float, float]] = []  # (tokens/s/user, tokens/s/GPU) of every feasible build
+    calibration: dict[str, Any] | None = None
+
+
+def check_spec(spec: SearchSpec) -> None:
+    if spec.rate is not None and not spec.rate > 0:
+        raise InvalidInputError(f"--rate must be a positive number of requests/s, not {spec.rate:g}.",
+                                hint="e.g. --rate 20 (or leave it out to plan one replica).")
+    for gpu in spec.gpus:
+        get_gpu(gpu)  # an unknown key is refused naming the table's keys
+    if any(tp < 1 for tp in spec.tps) or any(b < 1 for b in spec.batch_sizes or ()):
+        raise InvalidInputError("--tp and --batch-sizes take positive integers.", hint="e.g. --tp 1,2,4")
+
+
+def _kv_options(spec: SearchSpec, scenario_gpu) -> tuple[str, ...]:
+    if spec.kv_caches is not None:
+        return spec.kv_caches
+    return ("auto", "fp8") if not scenario_gpu.is_cpu else ("auto",)
+
+
+def _backend_refusal(spec: SearchSpec, gpu, quant: str, kv: str) -> str | None:
+    """The PyTorch backend runs what TensorRT-LLM 1.1.0's support matrix marks for the architecture."""
+    if spec.backend != "pytorch" or gpu.is_cpu:
+        return None
+    for name, columns in ((quant, MATRIX_COLUMNS), (kv, MATRIX_KV_COLUMNS)):
+        if name in columns and not pytorch_supports(gpu, columns[name]):
+            return f"the PyTorch backend does not run {name} on {gpu.architecture} (TensorRT-LLM 1.1.0 support matrix)"
+    return None
+
+
+def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
+    base = recommend(scenario, "throughput")
+    capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
+                           kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences
+    top = max(1, min(capacity, MAX_BATCH))
+    batches = spec.batch_sizes or tuple(sorted({2 ** k for k in range(13) if 2 ** k <= top} | {top}))
+    budgets = sorted({*TOKEN_BUDGETS, base["max_num_tokens"]})
+    return [{**base, "max_batch_size": b, "max_num_tokens": t} for b in batches for t in budgets]
+
+
+def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale) -> Latency | None:
+    """The latency at the highest concurrency (1..batch) meeting the SLO; None when 1 does not."""
+    first = scale(latency(scenario, 1, build))
+    if not meets(slo, first):
+        return None
+    top = scale(latency(scenario, build["max_batch_size"], build))
+    if meets(slo, top):
+        return top
+    low, high, best = 1, top.concurrency, first
+    while low < high - 1:  # predictions grow with concurrency: bisect for the last one that meets
+        mid = (low + high) // 2
+        at = scale(latency(scenario, mid, build))
+        if meets(slo, at):
+            low, best = mid, at
+        else:
+            high = mid
+    return best
+
+
+def _priced(candidate: Candidate, spec: SearchSpec, price: Price | None) -> Candidate:
+    update: dict[str, Any] = {}
+    per_replica_rps = candidate.latency.output_tokens_per_s / spec.osl
+    replicas = math.ceil(spec.rate / per_replica_rps) if spec.rate else None
+    if replicas:
+        update.update(replicas=replicas, gpus_needed=replicas * candidate.tp)
+    if price is not None:
+        gpus = (replicas or 1) * candidate.tp
+        update.update(
+            usd_per_hour=round(price.usd_per_gpu_hour * gpus, 4),
+            usd_per_million_output_tokens=round(price.usd_per_gpu_hour * candidate.tp / (candidate.latency.output_tokens_per_s * 3600) * 1e6, 4),
+            price_source=f"{price.source} ({price.date})" if price.date else price.source,
+        )
+    return candidate.model_copy(update=update)
+
+
+def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration | None = None) -> SearchResult:
+    """Every build of the spec's grid that meets the SLO, the best per GPU and the Pareto front."""
+    from pipeline.planner.pareto import pareto_front
+
+    check_spec(spec)
+    model: ModelSpec = model_spec_from_config(spec.model)
+    costs = accuracy_costs(spec.model, model.name)
+    feasible: list[Candidate] = []
+    skipped: dict[str, str] = {}
+    closest: Miss | None = None
+    count = 0
+    for gpu_key in spec.gpus:
+        calibrated = calibration is not None and calibration.matches(gpu_key, spec.backend)
+        gpu = calibration.target if calibrated else plan_target(get_gpu(gpu_key))  # type: ignore[union-attr]
+        factors = calibration.factors if calibrated else {}  # type: ignore[union-attr]
+
+        def scale(value: Latency) -> Latency:
+            return calibration.apply(value) if factors else value  # type: ignore[union-attr]
+
+        for quant in spec.quants:
+            for kv in _kv_options(spec, gpu):
+                for tp in spec.tps:
+                    name = f"{tp}x {gpu.key} {quant}/kv-{kv}"
+                    refusal = _backend_refusal(spec, gpu, quant, kv)
+                    try:
+                        scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
+                        grid = [] if refusal else _grid(spec, scenario)
+                    except InvalidInputError as error:  # UnsupportedError too: precision, TP split, lengths
+                        skipped[name] = error.message
+                        continue
+                    if refusal:
+                        skipped[name] = refusal
+                        continue
+                    for build in grid:
+                        if not memory_plan(scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
+                                           kv_fraction=build["kv_cache_free_gpu_mem_fraction"]).fits:
+                            continue
+                        count += 1
+                        found = _highest(scenario, build, spec.slo, scale)
+                        label = (f"{name} batch {build['max_batch_size']} tokens {build['max_num_tokens']}")
+                        if found is None:
+                            first = scale(latency(scenario, 1, build))
+                            miss = shortfall(spec.slo, first)
+                            if closest is None or miss < closest.shortfall:
+                                closest = Miss(build=label, shortfall=round(miss, 3), latency=first)
+                            continue
+                        candidate = Candidate(
+                            gpu=gpu.key, quant=quant, kv_cache=kv, tp=tp, backend=spec.backend,
+                            max_batch_size=build["max_batch_size"], max_num_tokens=build["max_num_tokens"],
+                            kv_cache_free_gpu_mem_fraction=build["kv_cache_free_gpu_mem_fraction"],
+                            concurrency=found.concurrency, latency=found,
+                            interval=calibration.interval(found) if factors else None,
+                            tokens_per_s_per_gpu=round(found.output_tokens_per_s / tp, 2),
+                            tokens_per_s_per_user=found.output_tokens_per_s_per_user,
+                            accuracy=costs.get((quant, kv)),
+                        )
+                        feasible.append(_priced(candidate, spec, prices.get(gpu.key)))
+    best: dict[str, Candidate] = {}
+    for c in feasible:
+        if c.gpu not in best or c.tokens_per_s_per_gpu > best[c.gpu].tokens_per_s_per_gpu:
+            best[c.gpu] = c
+    order = sorted(best.values(), key=lambda c: (c.usd_per_million_output_tokens is None,
+                                                 c.usd_per_million_output_tokens or 0, -c.tokens_per_s_per_gpu))
+    return SearchResult(
+        model=model.name, slo=spec.slo.bounds, isl=spec.isl, osl=spec.osl, rate=spec.rate, backend=spec.backend,
+        best_per_gpu=order, pareto=pareto_front(feasible), candidates=count, feasible=len(feasible),
+        skipped=skipped, closest=closest, points=[(c.tokens_per_s_per_user, c.tokens_per_s_per_gpu) for c in feasible],
+        calibration=calibration.summary() if calibration else None,
+    )
+
+
+def require_feasible(result: SearchResult) -> Candidate:
+    """The best build; an SLO nothing meets is refused (exit 2) naming the closest build and what it reaches."""
+    if result.best_per_gpu:
+        return result.best_per_gpu[0]
+    if result.closest is None:
+        raise UnsupportedError("No build of the searched grid fits in memory.",
+                               hint="Add GPUs with more memory (--gpus), a larger --tp or a smaller --quant.")
+    near = result.closest
+    reached = ", ".join(f"{k} {near.latency.value(k):.1f} (bound {v:g})" for k, v in result.slo.items())
+    raise InvalidInputError(
+        f"No build meets the SLO {', '.join(f'{k}={v:g}' for k, v in result.slo.items())} at ISL {result.isl} / OSL "
+        f"{result.osl}. Closest: {near.build}, which reaches {reached} at concurrency 1.",
+        hint="Relax the bound it misses, shorten ISL/OSL, or add faster GPUs (--gpus), more TP (--tp) or lower precision (--quant).",
+    )

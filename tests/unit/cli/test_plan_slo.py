@@ -1,0 +1,57 @@
+"""`pipeline plan --slo` / `--calibrate` through the CLI: the result files, and bad input (exit 2 with what would work)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import run
+
+from planner_cases import LLAMA_8B
+
+BASE = ["plan", "--model", str(LLAMA_8B), "--isl", "1024", "--osl", "128", "--gpus", "h100", "--quant", "fp8", "--tp", "1"]
+
+
+def test_plan_slo_writes_json_and_png_and_prints_the_best_build(tmp_path: Path, capsys) -> None:
+    code = run([*BASE, "--slo", "ttft_p99_ms=800,tpot_p99_ms=40", "--rate", "5", "--price", "h100=3.9", "--out", str(tmp_path), "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    best = data["best_per_gpu"][0]
+    assert best["gpu"] == "h100-sxm" and best["price_source"].startswith("--price") and best["replicas"] >= 1
+    assert (tmp_path / "plan.json").is_file() and (tmp_path / "pareto.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--slo", "ttft_p95_ms=500"], "ttft_p99_ms"),  # an SLO key that does not exist: the keys that do
+    (["--slo", "ttft_p99_ms=500", "--rate", "-3"], "--rate 20"),
+    (["--slo", "ttft_p99_ms=500", "--gpus", "h900"], "h100-sxm"),
+    (["--slo", "ttft_p99_ms=1,tpot_p99_ms=0.1"], "Closest:"),  # infeasible: the closest build and what it reaches
+])
+def test_bad_plan_input_exits_2_with_what_would_work(extra: list[str], words: str, capsys) -> None:
+    args = [a for a in BASE if a not in ("--gpus", "h100")] if "--gpus" in extra else BASE
+    assert run([*args, *extra]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_a_prices_file_without_a_source_column_exits_2(tmp_path: Path, capsys) -> None:
+    prices = tmp_path / "prices.tsv"
+    prices.write_text("gpu\tusd_per_gpu_hour\nh100\t3.9\n")
+    assert run([*BASE, "--slo", "ttft_p99_ms=800", "--prices", str(prices)]) == 2
+    err = capsys.readouterr().err
+    assert "no source column" in err and "usd_per_gpu_hour and source" in err
+
+
+@pytest.mark.parametrize("deployment, words", [
+    ({"model": "mistral-7b", "gpu": "h100-sxm"}, "another model"),
+    ({"model": "llama-3.1-8b", "gpu": "l40s"}, "another GPU"),
+])
+def test_a_calibration_file_from_another_model_or_gpu_exits_2(tmp_path: Path, deployment: dict, words: str, capsys) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"deployment": {**deployment, "backend": "tensorrt", "quant": "fp8", "max_batch_size": 8,
+                                                "max_num_tokens": 2048, "kv_cache_free_gpu_mem_fraction": 0.9},
+                                 "levels": []}))
+    assert run([*BASE, "--calibrate", str(bench)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "pipeline bench" in err
