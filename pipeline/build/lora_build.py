@@ -26,13 +26,10 @@ from pipeline.convert.lora_set import (LORA_SUBDIR, AdapterRef, ConvertedAdapter
                                        adapters_identity, convert_adapters, lora_record, parse_adapters)
 from pipeline.core.errors import InvalidInputError
 from pipeline.planner import ModelSpec
+from pipeline.reference_runtime.lora import lora_modules
 
 DEFAULT_MAX_LORA_RANK = 64  # trtllm-build's own default
 LORA_PLUGIN_DTYPES = ("float16", "bfloat16", "float32")
-# trtllm-build --lora_target_modules' choices (LoraManager.LORA_MODULE_IDS keys: shared/reference/trtllm_build_flags.tsv)
-LORA_TARGET_MODULES = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_dense", "mlp_h_to_4h", "mlp_4h_to_h", "mlp_gate",
-                       "cross_attn_qkv", "cross_attn_q", "cross_attn_k", "cross_attn_v", "cross_attn_dense", "moe_h_to_4h",
-                       "moe_4h_to_h", "moe_gate", "moe_router", "mlp_router", "mlp_gate_up")
 HOST_CACHE_DEFAULT_BYTES = 1 << 30  # lora_cache_host_memory_bytes' default, 1G (tensorrtllm_backend@b9cc2248 docs/model_config.md:145-153)
 
 
@@ -77,10 +74,11 @@ def plan_lora(specs: list[str], model: ModelSpec, max_lora_rank: int | None = No
     if max_lora_rank is not None and rank > max_lora_rank:
         raise InvalidInputError(f"--lora {worst}: rank {rank} exceeds --max-lora-rank {max_lora_rank}.",
                                 hint=f"Use --max-lora-rank {rank} or more (or leave it out: the largest adapter rank).")
-    unknown = sorted(set(target_modules or ()) - set(LORA_TARGET_MODULES))
+    known = [m.module for m in lora_modules()]  # pipeline/data/lora_modules.tsv: what an adapter can target here
+    unknown = sorted(set(target_modules or ()) - set(known))
     if unknown:
-        raise InvalidInputError(f"--lora-target-modules {' '.join(unknown)}: not a module trtllm-build knows.",
-                                hint=f"Use NVIDIA's names: {', '.join(LORA_TARGET_MODULES)}.")
+        raise InvalidInputError(f"--lora-target-modules {' '.join(unknown)}: not a module an adapter converts to.",
+                                hint=f"Use NVIDIA's names: {', '.join(dict.fromkeys(known))}.")
     engine_modules = tuple(target_modules) if target_modules else tuple(modules)
     shape = LoraShape(hidden_size=model.hidden_size, num_layers=model.num_layers,
                       max_rank=max_lora_rank or rank, target_modules=engine_modules, dtype=dtype)
