@@ -27,6 +27,7 @@ from typing import Callable
 from pipeline.core.processes import start_as_daemons
 from pipeline.reference_runtime.attention import install as install_per_request_attention
 from pipeline.reference_runtime.internals import check_before_load, check_manager
+from pipeline.reference_runtime.lora_apply import LoraRuntime, LoraSettings
 from pipeline.reference_runtime.kv_cache import (Admission, KvCacheBudget, KvCacheError, KvCachePlan, blocks_for,
                                                  kv_bytes_per_token, plan_kv_cache)
 from pipeline.reference_runtime.requests import (Callback, EngineLimits, GenerationEvent, GenerationRequest,
@@ -68,6 +69,7 @@ class ReferenceEngine:
         *,
         default_end_id: int | None = None,
         simulated_quant: tuple[str, str] = ("fp16", "auto"),
+        lora: LoraSettings | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, GenerationConfig
@@ -121,6 +123,7 @@ class ReferenceEngine:
             generation_config=generation_config, continuous_batching_config=cb_config
         )
         check_manager(self._manager)
+        self.lora = LoraRuntime(model, self._manager, lora or LoraSettings())  # lora_apply.py: adapters per request
         self._manager.logit_processor.tensors_required = 1  # room for the sampler's slot column
         start_as_daemons(self._manager.start)  # transformers 5.24 starts a plain Thread (continuous_api.py:813-816)
         self._active: dict[str, _Active] = {}
@@ -176,8 +179,10 @@ class ReferenceEngine:
                 raise RequestError(
                     f"The reference runtime's queue is full: {self._admission.waiting} requests already wait for a "
                     f"batch slot or KV-cache blocks (max_queue_size {self.limits.max_queue_size}). Retry later.")
+            adapter = self.lora.resolve(request.lora)  # RequestError: an unknown task id without weights, bad tensors
             options = SamplingOptions(**{**request.sampling.__dict__, "end_ids": end_ids})
             slot = self.sampler.register(options, request.input_ids)
+            self.lora.bind(slot, adapter)
             self._active[request_id] = _Active(request_id, request, callback, slot, is_cancelled, time.time_ns(), blocks,
                                                end_ids)
             self._admission.queue(request_id, blocks)
@@ -365,6 +370,7 @@ class ReferenceEngine:
                     self._admission.drop(request_id)
         if active is not None:
             self.sampler.release(active.slot)
+            self.lora.unbind(active.slot)
             if self._running:
                 self._start_admitted()  # its slot (and blocks) may let a waiting request start
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from pipeline.reference_runtime.kv_cache import Batching, KvCachePlan, SchedulerPolicy, blocks_for
 from pipeline.reference_runtime.sampling import SamplingOptions
@@ -53,6 +53,7 @@ class GenerationRequest:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     streaming: bool = False
     return_log_probs: bool = False
+    lora: Any = None  # lora.LoraRequest: the task id and, on a task's first request, its weights
 
 
 @dataclass

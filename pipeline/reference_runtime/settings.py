@@ -27,7 +27,8 @@ _BATCHING: dict[str, Batching] = {"inflight_fused_batching": "inflight", "inflig
 _POLICIES: tuple[SchedulerPolicy, ...] = ("guaranteed_no_evict", "max_utilization")
 GPU_ONLY = ("gpu_device_ids", "participant_ids", "num_nodes", "executor_worker_path", "gpu_weights_percent",
             "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode", "cuda_graph_cache_size",
-            "kv_cache_host_memory_bytes", "kv_cache_onboard_blocks", "speculative_decoding_fast_logits")
+            "kv_cache_host_memory_bytes", "kv_cache_onboard_blocks", "speculative_decoding_fast_logits",
+            "lora_cache_gpu_memory_fraction", "lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size")
 
 
 class SettingsError(ValueError):

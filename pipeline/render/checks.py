@@ -134,6 +134,8 @@ def contract_problems(config, tables: Path, model: str = "tensorrt_llm") -> list
                 wanted = want[field]
                 if field == "data_type" and wanted.startswith("${"):
                     continue  # a placeholder in the upstream template: any concrete type
+                if field == "data_type" and name == "lora_weights":
+                    continue  # the engine's dtype, as NVIDIA's LoRA docs tell a bf16 deployment to set it (context.py)
                 if field == "dims":
                     wanted = "[" + ", ".join(p.strip() for p in wanted.strip("[]").split(",") if p.strip()) + "]"
                 if have[field] != wanted:

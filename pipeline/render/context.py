@@ -14,6 +14,7 @@ from pipeline.core.errors import InvalidInputError
 from pipeline.render.model_repo import Runtime
 from pipeline.render.spec import BLS_MAX_DEFAULT_INSTANCES, RenderSpec
 from pipeline.core.versions import TRTLLM_VERSION
+from pipeline.reference_runtime.lora import TRITON_TYPES
 
 LOGITS_DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "bf16": "TYPE_BF16"}
 # The engine's pretrained_config.logits_dtype (trtllm-build --logits_dtype; TensorRT-LLM's default is
@@ -31,6 +32,9 @@ class EngineFeatures(BaseModel):
     kv_cache_reuse: bool
     chunked_context: bool
     notes: list[str]
+    # lora_weights' Triton type: the engine's dtype, which NVIDIA's runtime requires of the weights (TYPE_FP16 in
+    # NVIDIA's configs, TYPE_BF16 for a bf16 engine: ../shared/reference/speculative_decoding_and_lora.md 4.6-4.7)
+    lora_weights_type: str = "TYPE_FP16"
 
 
 def engine_features(config: dict, runtime: Runtime, spec: RenderSpec) -> EngineFeatures:
@@ -57,7 +61,7 @@ def engine_features(config: dict, runtime: Runtime, spec: RenderSpec) -> EngineF
     if runtime == "reference":
         reuse = bool(spec.enable_kv_cache_reuse)
         return EngineFeatures(logits_dtype=logits, kv_cache_reuse=reuse, chunked_context=spec.enable_chunked_context,
-                              notes=notes)
+                              notes=notes, lora_weights_type=_lora_type(pretrained))
     kv_algo = ((pretrained.get("quantization") or {}).get("kv_cache_quant_algo") or "")
     why_not = None if paged_context else (
         f"the engine was built without paged context FMHA ({kv_algo} KV cache)" if kv_algo
@@ -74,7 +78,11 @@ def engine_features(config: dict, runtime: Runtime, spec: RenderSpec) -> EngineF
     if why_not and spec.enable_kv_cache_reuse is None:
         notes.append(f"prefix caching (KV-cache reuse) is off: {why_not}")
     return EngineFeatures(logits_dtype=logits, kv_cache_reuse=reuse, chunked_context=spec.enable_chunked_context,
-                          notes=notes)
+                          notes=notes, lora_weights_type=_lora_type(pretrained))
+
+
+def _lora_type(pretrained: dict) -> str:
+    return TRITON_TYPES.get(str(pretrained.get("dtype") or "float16"), "TYPE_FP16")
 
 
 def bls_instances(spec: RenderSpec, max_batch_size: int) -> tuple[int, int]:
@@ -132,6 +140,7 @@ def template_context(spec: RenderSpec, runtime: Runtime, engine: Path, tokenizer
         "max_queue_size": spec.max_queue_size,
         "queue_timeout_microseconds": spec.queue_timeout_us,
         "logits_datatype": LOGITS_DTYPES[features.logits_dtype],
+        "lora_weights_data_type": features.lora_weights_type,
         "encoder_input_features_data_type": "TYPE_FP16",
         "prompt_embedding_table_data_type": "TYPE_FP16",
         "tokenizer_dir": str(tokenizer),

@@ -16,9 +16,11 @@ bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, str
 exclude_input_in_output, return_log_probs, return_perf_metrics, stop (with the request id of
 running requests: cancels every one that carries it; an id with nothing running is answered with an
 error saying so, where the C++ backend answers an empty success), return_num_input_tokens,
-return_num_output_tokens, and beam_width / num_return_sequences equal to 1. len_penalty,
+return_num_output_tokens, lora_task_id / lora_weights / lora_config (per request, with NVIDIA's cache semantics and
+the lora_cache_host_memory_bytes and lora_prefetch_dir parameters: pipeline/reference_runtime/lora.py), and
+beam_width / num_return_sequences equal to 1. len_penalty,
 early_stopping and beam_search_diversity_rate only act on beam search and are accepted and ignored.
-Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
+Every other input of the contract (prompt tables, draft/speculative, encoder-decoder,
 multimodal, guided decoding, penalties, logits outputs, KV retention, lookahead, disaggregated
 context phase) is declared but unsupported: a request that sets one gets an error naming it.
 decoder_input_ids / decoder_input_lengths are ignored, as TensorRT-LLM ignores them for decoder-only
@@ -47,6 +49,8 @@ from pipeline_model_support import TritonLogHandler  # beside this file in the r
 from pipeline.reference_runtime.engine import ReferenceEngine
 from pipeline.reference_runtime.internals import TransformersInternalsError
 from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
+from pipeline.reference_runtime.lora import LoraRequest
+from pipeline.reference_runtime.lora_apply import LoraSettings
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, check_rendered_by, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
@@ -61,8 +65,7 @@ UNSUPPORTED = {
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "return_context_logits": False,
     "return_generation_logits": False, "prompt_embedding_table": None,
     "prompt_table_extra_ids": None, "prompt_vocab_size": None, "cross_attention_mask": None,
-    "mrope_rotary_cos_sin": None, "mrope_position_deltas": None, "lora_task_id": None,
-    "lora_weights": None, "lora_config": None, "context_phase_params": None,
+    "mrope_rotary_cos_sin": None, "mrope_position_deltas": None, "context_phase_params": None,
     "skip_cross_attn_blocks": None, "retention_token_range_starts": None,
     "retention_token_range_ends": None, "retention_token_range_priorities": None,
     "retention_token_range_durations_ms": None, "retention_decode_priority": None,
@@ -90,6 +93,30 @@ def _rows(request, name, row):
 def _row(array, row):
     """Batch entry `row` of a [B, ...] input; a one-row tensor applies to every entry."""
     return array[min(row, array.shape[0] - 1)] if array.ndim and array.shape[0] else array
+
+
+def _lora_weights(request):
+    """lora_weights as numpy; a BF16 tensor (numpy has none) as its bits in a 2-byte void type, as TensorRT-LLM's
+    converter stores it (pipeline/reference_runtime/lora.py)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "lora_weights")
+    if tensor is None:
+        return None
+    try:
+        return tensor.as_numpy()
+    except Exception:  # noqa: BLE001 - the Python backend cannot give BF16 as numpy
+        import torch
+        from torch.utils.dlpack import from_dlpack
+
+        return from_dlpack(tensor.to_dlpack()).view(torch.int16).numpy().view(np.dtype("V2"))
+
+
+def _lora(request):
+    """The request's LoRA inputs (None when it sends none; an empty tensor counts as unset)."""
+    weights, config = _lora_weights(request), _array(request, "lora_config")
+    weights = None if weights is None or weights.size == 0 else weights
+    config = None if config is None or config.size == 0 else config
+    task = _scalar(request, "lora_task_id", int)
+    return None if task is None and weights is None and config is None else LoraRequest(task, weights, config)
 
 
 def _scalar(request, name, cast, default=None, row=0):
@@ -151,10 +178,13 @@ class TritonPythonModel:
             logger.warning("ignores %s", line)
         simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
         try:
-            self.engine = ReferenceEngine(engine_dir / "model", limits,
+            lora = LoraSettings.from_engine(parameters, engine_config)
+            self.engine = ReferenceEngine(engine_dir / "model", limits, lora=lora,
                                           simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except (KvCacheError, TransformersInternalsError) as error:
+        except (KvCacheError, TransformersInternalsError, SettingsError, ValueError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
+        logger.info("honours lora_cache_host_memory_bytes %d (the LoRA host cache), lora_prefetch_dir %s; LoRA weights "
+                    "in %s, rank <= %d", lora.host_cache_bytes, lora.prefetch_dir or "(none)", lora.dtype, lora.max_rank)
         # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse an id:
         # every request is served, and a stop cancels every running request that carries the id.
         self.running = {}
@@ -309,6 +339,7 @@ class TritonPythonModel:
             sampling=sampling,
             streaming=_scalar(request, "streaming", bool, False, row),
             return_log_probs=_scalar(request, "return_log_probs", bool, False, row),
+            lora=_lora(request),
         )
         self.engine.validate(job)
         exclude = _scalar(request, "exclude_input_in_output", bool, self.exclude_input_default, row)

@@ -191,3 +191,21 @@ def test_every_python_model_gets_the_support_module_it_imports(reference_engine:
         assert (model.parent / support.name).read_bytes() == support.read_bytes(), model
         imported = {node.module for node in ast.walk(ast.parse(model.read_text())) if isinstance(node, ast.ImportFrom)}
         assert "pipeline_model_support" in imported, model
+
+
+@pytest.mark.parametrize("dtype,triton_type", [("bfloat16", "TYPE_BF16"), ("float16", "TYPE_FP16"),
+                                               ("float32", "TYPE_FP32")])
+def test_lora_weights_are_declared_in_the_engines_dtype(trtllm_engine: Path, tmp_path: Path, dtype, triton_type) -> None:
+    """NVIDIA's runtime takes LoRA weights only in the engine's dtype (loraUtils.cpp "Expected lora weights to be the
+    same data type as base model"): tensorrt_llm, ensemble and BLS declare lora_weights with it."""
+    from tritonclient.grpc import model_config_pb2
+
+    config = json.loads((trtllm_engine / "config.json").read_text())
+    config["pretrained_config"]["dtype"] = dtype
+    (trtllm_engine / "config.json").write_text(json.dumps(config))
+    configs = _configs(render(RenderSpec(engine=trtllm_engine, out=tmp_path / "repo")).repo)
+    for model in ("tensorrt_llm", "ensemble", "tensorrt_llm_bls"):
+        declared = {t.name: t for t in configs[model].input}
+        assert model_config_pb2.DataType.Name(declared["lora_weights"].data_type) == triton_type, model
+        assert model_config_pb2.DataType.Name(declared["lora_config"].data_type) == "TYPE_INT32", model
+        assert model_config_pb2.DataType.Name(declared["lora_task_id"].data_type) == "TYPE_UINT64", model
