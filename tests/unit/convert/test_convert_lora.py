@@ -39,6 +39,7 @@ def test_task_ids_start_at_1_keep_digits_and_refuse_0(tmp_path):
             parse_adapters(bad)
 
 
+@pytest.mark.slow  # ModelOpt exports the tiny model
 def test_convert_writes_the_adapters_in_the_checkpoints_dtype(world, tmp_path, monkeypatch):
     from pipeline.convert import ConvertSpec, convert
 
