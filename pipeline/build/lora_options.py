@@ -53,3 +53,14 @@ def copy_adapters(lora: LoraPlan | None, deploy_dir: Path) -> None:
         for path in sorted(Path(ref.path).iterdir()):
             if path.is_file():
                 shutil.copy2(path, target / path.name)
+
+
+def lora_extra(lora: LoraPlan | None, deploy_dir: Path) -> dict[str, Any]:
+    """The deployable manifest's "lora" (name -> task id, and each adapter's folder: a LoRARequest's lora_path);
+    {} without adapters."""
+    if lora is None:
+        return {}
+    record = lora.record()
+    for adapter in record["adapters"]:
+        adapter["path"] = str(adapter_dir(deploy_dir, adapter["name"]))
+    return {"lora": record}

@@ -42,7 +42,7 @@ from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fi
 from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.build.llm_args import check_options, source_commit
 from pipeline.build.lora_build import plan_lora
-from pipeline.build.lora_options import copy_adapters, with_lora
+from pipeline.build.lora_options import copy_adapters, lora_extra, with_lora
 from pipeline.build.memory import EngineTarget, Limits, default_limits
 from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR, OPTIONS_FILE,
                                       PYTORCH_BACKEND)
@@ -347,7 +347,7 @@ def build_pytorch(spec: Any, reporter: Reporter = SILENT) -> TorchResult:
         write_text_atomic(tmp / OPTIONS_FILE, options_yaml(plan))
         copy_adapters(plan.lora, tmp)
         manifest = build_manifest(
-            build_origin(plan), tmp, started, extra=_manifest_extra(plan, linked, started),
+            build_origin(plan), tmp, started, extra={**_manifest_extra(plan, linked, started), **lora_extra(plan.lora, plan.deploy_dir)},
             files=_inventory(tmp, plan.model_source),
         )
         write_json_atomic(tmp / "manifest.json", manifest)

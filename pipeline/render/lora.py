@@ -79,3 +79,20 @@ def lora_parameters(engine: Path, config: dict, engine_root: Path) -> dict[str, 
     if prefetch_task_ids(engine):
         parameters["lora_prefetch_dir"] = str(Path(engine_root) / LORA_SUBDIR)
     return parameters
+
+
+def relocate_lora_dirs(options: dict[str, Any], deployable: Path, engine_root: Path) -> dict[str, Any]:
+    """A PyTorch deployable's options with lora_config.lora_dir moved from where `pipeline build` wrote the
+    adapters (<deployable>/lora/<name>) to where the bundle holds them (ROOT/tensorrt_llm/1/lora/<name>)."""
+    lora = options.get("lora_config")
+    if not isinstance(lora, dict) or not lora.get("lora_dir"):
+        return options
+    moved = []
+    for text in lora["lora_dir"]:
+        path = Path(text)
+        try:
+            moved.append(str(Path(engine_root) / path.resolve().relative_to(Path(deployable).resolve())))
+        except ValueError:
+            raise InvalidInputError(f"lora_config.lora_dir {text} is outside the deployable {deployable}: the bundle "
+                                    "could not carry it.", hint="Rebuild with `pipeline build --backend pytorch --lora ...`.") from None
+    return {**options, "lora_config": {**lora, "lora_dir": moved}}

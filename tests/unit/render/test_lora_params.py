@@ -88,3 +88,33 @@ def test_prefetch_folder_named_0_is_refused(adapters, tmp_path):
     (engine / "lora" / "1").rename(engine / "lora" / "0")
     with pytest.raises(InvalidInputError, match="task id"):
         render(RenderSpec(engine=engine, out=tmp_path / "repo"))
+
+
+def test_pytorch_deployable_bundle_carries_the_adapters_and_points_lora_dir_at_them(adapters, tmp_path, monkeypatch):
+    """The deployable's lora/<name>/ (PEFT folders) travel in the bundle, and model.yaml's lora_config.lora_dir
+    names them under the bundle root."""
+    import yaml
+
+    from pipeline.build import BuildSpec, build_engine
+    from pipeline.render import render
+    from pipeline.render.spec import RenderSpec
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
+    base, sql, chat = adapters
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"t0": 0, "t1": 1}, unk_token="t0"))
+                            ).save_pretrained(base)
+    deploy = build_engine(BuildSpec(gpu="cpu", backend="pytorch", checkpoint=base, lora=(f"sql={sql}", f"chat={chat}"))).deploy_dir
+    out = tmp_path / "repo"
+    render(RenderSpec(engine=deploy, out=out, model_root=Path("/models")))
+    model_yaml = yaml.safe_load((out / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    dirs = model_yaml["lora_config"]["lora_dir"]
+    assert dirs == ["/models/tensorrt_llm/1/lora/sql", "/models/tensorrt_llm/1/lora/chat"]
+    for path in dirs:
+        assert (out / Path(path).relative_to("/models") / "adapter_config.json").is_file()
+    assert model_yaml.get("cuda_graph_config", "absent") in (None, "absent")
+    from pipeline.bench.lora_mix import source_adapters
+
+    assert source_adapters(deploy) == {"sql": {"task_id": 1, "path": str(deploy / "lora" / "sql")},
+                                       "chat": {"task_id": 2, "path": str(deploy / "lora" / "chat")}}
