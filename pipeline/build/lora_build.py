@@ -4,13 +4,15 @@ folder records (manifest "lora"; the converted adapters in <engine>/lora/<task_i
 as the tensorrt_llm model's lora_prefetch_dir).
 
 trtllm-build's LoRA flags, as NVIDIA/TensorRT-LLM tensorrt_llm/commands/build.py has them (the stored copy
-@008b2b8d23af, lines 271-296; the same four options in the flag table shared/reference/trtllm_build_flags.tsv,
-read @65f1d1536e18; the pinned v1.1.0 file is not among the stored sources):
+@008b2b8d23af: the "LoRA arguments" group at lines 259-286, the plugin flags from add_plugin_argument at 327-328;
+the same options, with the same defaults and choices, are rows of shared/reference/trtllm_build_flags.tsv, read
+@65f1d1536e18; neither the v1.1.0 tag nor release/1.1 of build.py is among the stored sources):
 - `--lora_plugin <dtype>` (a PluginConfig flag, plugin.py): turns LoRA on; the dtype is the engine's;
 - `--lora_dir DIR ...` (nargs +): the PEFT folders; the first is read for the configuration;
 - `--lora_target_modules M ...` (nargs +, choices LoraManager.LORA_MODULE_IDS): wins over lora_dir's modules;
 - `--max_lora_rank R` (default 64): sizes the LoRA plugin's workspace.
-build.py's build_model (same copy, lines 431-439) builds the LoraConfig from exactly these.
+build.py's build_model (same copy, lines 378-385) builds the engine's LoraConfig from exactly these, and only when
+lora_plugin is set; the CLI's target modules win over those read from lora_dir.
 """
 
 from __future__ import annotations

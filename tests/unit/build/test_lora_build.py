@@ -177,3 +177,15 @@ def test_pytorch_deployable_gets_lora_config_and_no_cuda_graphs(lora_world, tmp_
     from pipeline.build.pytorch import options_yaml
 
     assert yaml.safe_load(options_yaml(plan))["lora_config"] == lora
+
+
+def test_a_dtype_lora_cannot_store_is_refused(lora_world):
+    """LoRA weights must be the engine's dtype (float16, bfloat16 or float32: what hf_lora_convert.py stores)."""
+    from pipeline.build.checkpoint import read_checkpoint
+    from pipeline.build.lora_build import plan_lora
+    from pipeline.core.errors import InvalidInputError
+
+    base, adapters = lora_world
+    shape = read_checkpoint(base).shape.model_copy(update={"dtype": "float8_e4m3fn"})
+    with pytest.raises(InvalidInputError, match="no LoRA plugin type"):
+        plan_lora([str(adapters["sql"])], shape)
