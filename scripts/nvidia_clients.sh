@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Run NVIDIA's own sample clients, unchanged, against our served repositories.
 #
-#   scripts/nvidia_clients.sh BACKEND_CHECKOUT DECOUPLED_GRPC NON_DECOUPLED_HTTP TOKENIZER_DIR
+#   scripts/nvidia_clients.sh BACKEND_CHECKOUT DECOUPLED_GRPC NON_DECOUPLED_HTTP TOKENIZER_DIR [LORA_DIR TASK_ID]
 #
 # BACKEND_CHECKOUT: a checkout of triton-inference-server/tensorrtllm_backend (we ran c2e65b88); its code
 # stays outside this project. DECOUPLED_GRPC: host:port of `pipeline serve` on a default (decoupled)
 # repository; NON_DECOUPLED_HTTP: host:port (HTTP) of one rendered with --no-decoupled (NVIDIA's
 # end_to_end_test uses that mode). The clients need pandas and tabulate besides our own dependencies.
+# LORA_DIR: an adapter in TensorRT-LLM's format (model.lora_weights.npy + model.lora_config.npy, as
+# pipeline.convert.lora writes it, in the engine's dtype); with it the clients also run with --lora-path and
+# --lora-task-id, first sending the weights, then the id alone (TASK_ID, TASK_ID+1, TASK_ID+2: one per client).
 # Exit status: the number of client runs that failed.
 set -uo pipefail
-backend=$1 grpc=$2 http=$3 tokenizer=$4
+backend=$1 grpc=$2 http=$3 tokenizer=$4 lora=${5:-} task=${6:-1}
 python=${PYTHON:-python}
 prompt="The capital of France is"
 failed=0
@@ -43,6 +46,21 @@ run "inflight_batcher_llm_client streaming" "$python" "$direct" -u "$grpc" --tok
   --request-output-len 12 -S --return-log-probs --return-perf-metrics --exclude-input-in-output
 run "inflight_batcher_llm_client stop via request cancel" "$python" "$direct" -u "$grpc" --tokenizer-dir "$tokenizer" \
   --text "$prompt" --request-output-len 200 -S --stop-via-request-cancel --stop-after-ms 300
+
+if [[ -n $lora ]]; then
+  run "inflight_batcher_llm_client LoRA weights" "$python" "$direct" -u "$grpc" --tokenizer-dir "$tokenizer" \
+    --text "$prompt" --request-output-len 12 -S --lora-path "$lora" --lora-task-id "$task"
+  run "inflight_batcher_llm_client LoRA id alone" "$python" "$direct" -u "$grpc" --tokenizer-dir "$tokenizer" \
+    --text "$prompt" --request-output-len 12 -S --lora-task-id "$task"
+  next=$task
+  for model in ensemble tensorrt_llm_bls; do
+    next=$((next + 1))
+    run "end_to_end_grpc_client $model LoRA weights" "$python" "$e2e" -u "$grpc" --model-name "$model" -o 12 \
+      -p "$prompt" --lora-path "$lora" --lora-task-id "$next"
+    run "end_to_end_grpc_client $model LoRA id alone" "$python" "$e2e" -u "$grpc" --model-name "$model" -o 12 \
+      -p "$prompt" --lora-task-id "$next"
+  done
+fi
 
 dataset=$(mktemp --suffix=.json)
 trap 'rm -f "$dataset"' EXIT

@@ -55,3 +55,18 @@ def build_cpu_deployable(hf_dir: Path) -> Path:
     from pipeline.build.pytorch import build_pytorch
 
     return Path(build_pytorch(BuildSpec(backend="pytorch", gpu="cpu", checkpoint=hf_dir)).deploy_dir)
+
+
+def load_llmapi_template(monkeypatch, template: Path):
+    """The LLM-API model.py as the stub imports it, with a bare triton_python_backend_utils and its folder's
+    support module importable (render copies it beside)."""
+    import importlib.util
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    monkeypatch.syspath_prepend(str(template.parents[3]))  # model_repo_templates/pipeline_model_support.py
+    spec = importlib.util.spec_from_file_location("llmapi_model_under_test", template)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

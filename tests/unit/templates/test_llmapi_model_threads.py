@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from llmapi_helpers import load_llmapi_template
+
 TEMPLATE = Path(__file__).resolve().parents[3] / "model_repo_templates" / "llmapi" / "tensorrt_llm" / "1" / "model.py"
 
 
@@ -48,17 +50,7 @@ def test_cancellation_is_asked_on_the_responder_thread_not_in_the_engines() -> N
 
 
 def _load_template(monkeypatch):
-    """The template as the stub imports it: its folder's support module importable (render copies it beside)."""
-    import importlib.util
-    import sys
-    import types
-
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
-    monkeypatch.syspath_prepend(str(TEMPLATE.parents[3]))  # model_repo_templates/pipeline_model_support.py
-    spec = importlib.util.spec_from_file_location("llmapi_model_under_test", TEMPLATE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_llmapi_template(monkeypatch, TEMPLATE)
 
 
 class _Output:

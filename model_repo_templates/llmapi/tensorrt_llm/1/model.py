@@ -4,7 +4,9 @@ image or by pipeline's reference runtime on the CPU. Ours: written for this proj
 The contract is NVIDIA's `triton_backend/all_models/llmapi/tensorrt_llm` (pipeline/data/llmapi/contract.json
 names the upstream commits): one prompt per request in `text_input` ([1] strings; the model does not batch
 Triton requests, max_batch_size 0), `streaming`, the `sampling_param_*` inputs, `return_finish_reason`,
-`return_stop_reason`, `return_cumulative_logprob`, `stop`; outputs `text_output` and, when asked for,
+`return_stop_reason`, `return_cumulative_logprob`, `stop`, and (ours, named after NVIDIA's later version of this
+model, whose helpers.py get_lora_request_from_request reads them: 1.1's has no per-request LoRA) `lora_name`,
+`lora_path`, `lora_id` and `lora_ckpt_source`; outputs `text_output` and, when asked for,
 `finish_reason`, `stop_reason`, `cumulative_logprob` and the perf tensors. As upstream's model.py:
   - `text_output` is CompletionOutput.text, as TensorRT-LLM 1.1 makes it: when streaming, the text generated so far
     (cumulative, not a delta), never the prompt; without streaming, the prompt and the generated text unless
@@ -18,6 +20,11 @@ Triton requests, max_batch_size 0), `streaming`, the `sampling_param_*` inputs, 
     thread asks every running request, every `cancellation_check_period_ms` (100), whether its client
     cancelled it, and aborts the generation of one that was, streamed or not (upstream's _response_loop and
     cancellation_loop, model.py @b35ac1b6).
+LoRA per request: lora_name, lora_path (a PEFT adapter folder on the server) and lora_id come together or not at
+all, as NVIDIA's later helpers.py requires (its messages); the LLM API gets LoRARequest(lora_name, lora_int_id,
+lora_path, lora_ckpt_source) in generate_async (1.1's executor/request.py LoRARequest), and the reference runtime
+converts the folder to TensorRT-LLM's tensors once per lora_id (pipeline.convert.lora) and serves it from its
+LoRA cache (pipeline/reference_runtime/lora.py), an HF adapter only.
 Where we differ from upstream's model.py: cumulative_logprob and the perf tensors are sent with the data types
 config.pbtxt declares (upstream sends strings for them), return_cumulative_logprob asks the LLM API for
 log-probs (SamplingParams.logprobs=1; upstream never sets it, and 1.1 fills cumulative_logprob only then), a
@@ -124,6 +131,8 @@ class Job:
                      for name in ("return_finish_reason", "return_stop_reason", "return_cumulative_logprob")}
         if self.max_tokens < 1:
             raise ValueError(f"sampling_param_max_tokens must be at least 1, got {self.max_tokens}")
+        self.lora = _lora_fields(scalar)
+
 
     def sampling_kwargs(self):
         """The tensorrt_llm.SamplingParams keyword arguments the request sets (upstream helpers.py's mapping), and
@@ -136,6 +145,25 @@ class Job:
                   "exclude_input_from_output": self.exclude_input, "return_perf_metrics": self.perf,
                   "stop": self.stop or None, "logprobs": 1 if self.want["return_cumulative_logprob"] else None}
         return {key: value for key, value in values.items() if value is not None}
+
+
+LORA_CKPT_SOURCES = ("hf", "nemo")
+
+
+def _lora_fields(scalar):
+    """(lora_name, lora_id, lora_path, lora_ckpt_source) of a request, None without them (NVIDIA's later helpers.py
+    get_lora_request_from_request: all three or none, the source hf or nemo, the path checked on the server)."""
+    lora_id, name, path = scalar("lora_id", int), scalar("lora_name", _text), scalar("lora_path", _text)
+    if lora_id is None and name is None and path is None:
+        return None
+    if lora_id is None or name is None or path is None:
+        raise ValueError("lora_id, lora_name, and lora_path must all be provided together")
+    source = scalar("lora_ckpt_source", _text, "hf")
+    if source not in LORA_CKPT_SOURCES:
+        raise ValueError(f"lora_ckpt_source must be one of {LORA_CKPT_SOURCES}, got {source!r}")
+    if not os.path.exists(path):
+        raise ValueError(f"lora_path does not exist on the Triton server's filesystem: {path}")
+    return name, lora_id, path, source
 
 
 class Update:
@@ -396,6 +424,33 @@ class _ReferenceEngine:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         self.warned = set()
         self.warned_lock = threading.Lock()
+        self.lora_tasks = {}  # lora_id -> the engine's task id (from 1: the engine refuses 0, the LLM API takes it)
+        self.lora_lock = threading.Lock()
+
+    def _lora(self, lora):
+        """The engine's LoraRequest for a request's (name, id, path, source): the converted weights the first time,
+        the task id alone while the engine's cache holds it."""
+        from pipeline.core.errors import PipelineError
+        from pipeline.reference_runtime.lora import LoraRequest
+
+        if lora is None:
+            return None
+        _name, lora_id, path, source = lora
+        if source != "hf":
+            raise ValueError(f"lora_ckpt_source {source}: the reference runtime reads Hugging Face PEFT folders only")
+        with self.lora_lock:
+            task = self.lora_tasks.setdefault(lora_id, len(self.lora_tasks) + 1)
+        if task in self.engine.lora.cache.task_ids():
+            return LoraRequest(task)
+        from pathlib import Path
+
+        from pipeline.convert.lora import load_peft_adapter, to_trtllm_lora
+
+        try:
+            converted = to_trtllm_lora(load_peft_adapter(Path(path)), self.engine.lora.layout.dtype)
+        except PipelineError as error:
+            raise ValueError(str(error)) from None
+        return LoraRequest(task, converted.weights, converted.config)
 
     def _ignore(self, job):
         for name, neutral in IGNORED_ON_CPU.items():
@@ -425,7 +480,7 @@ class _ReferenceEngine:
                                     # an event per token only where it is sent or stop strings are matched on the
                                     # text; else the final event alone, which carries every token
                                     streaming=job.streaming or bool(job.stop),
-                                    return_log_probs=job.want["return_cumulative_logprob"])
+                                    return_log_probs=job.want["return_cumulative_logprob"], lora=self._lora(job.lora))
         rules = TextRules(streaming=job.streaming, include_prompt=not job.exclude_input, stop=tuple(job.stop))
         state = {"id": None, "ended": False, "cancel": False}
         lock = threading.Lock()
@@ -515,7 +570,14 @@ class _LlmApiEngine:
 
     async def _run(self, handle, job, params, emit, fail):
         try:
-            result = self.llm.generate_async(job.prompt, params, streaming=job.streaming)
+            extra = {}
+            if job.lora is not None:  # 1.1's generate_async(..., lora_request=LoRARequest)
+                from tensorrt_llm.executor.request import LoRARequest
+
+                name, lora_id, path, source = job.lora
+                extra["lora_request"] = LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=path,
+                                                    lora_ckpt_source=source)
+            result = self.llm.generate_async(job.prompt, params, streaming=job.streaming, **extra)
             self.handles[handle] = result
             if handle in self.aborted:
                 result.abort()
