@@ -17,7 +17,7 @@ from lora_cases import ATTENTION, MLP, make_adapter, tiny_llama
 @pytest.fixture(scope="module")
 def lora_world(tmp_path_factory):
     """A tiny Llama (hidden 64, 2 layers) and PEFT adapters for it: attention r8, attention+MLP r16, MLP r4;
-    one made for another hidden size and one for more layers; one DoRA."""
+    one made for another hidden size and one for more layers; one DoRA; one with modules_to_save."""
     root = tmp_path_factory.mktemp("lora")
     base = tiny_llama(root / "base")
     other_hidden = tiny_llama(root / "base-h128", hidden=128)
@@ -33,6 +33,10 @@ def lora_world(tmp_path_factory):
     config = json.loads((dora / "adapter_config.json").read_text())
     (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     adapters["dora"] = dora
+    saved = make_adapter(base, root / "saved", rank=8, targets=ATTENTION)
+    config = json.loads((saved / "adapter_config.json").read_text())
+    (saved / "adapter_config.json").write_text(json.dumps({**config, "modules_to_save": ["lm_head"]}))
+    adapters["saved"] = saved
     return base, adapters
 
 
@@ -97,6 +101,7 @@ def _converted(plan, tmp_path, name) -> Path:
     (["deep"], {}, "layer 2"),
     (["mlp"], {"lora_target_modules": ("attn_q", "attn_k", "attn_v")}, "built without"),
     (["dora"], {}, "DoRA"),
+    (["saved"], {}, "modules_to_save"),
     (["0=sql"], {}, "task id 0"),
 ])
 def test_bad_adapters_exit_2_before_any_work(lora_world, loras, extra, needle, tmp_path, monkeypatch, capsys):
