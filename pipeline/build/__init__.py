@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from pipeline.core.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
 from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
-from pipeline.build.lora_build import lora_flags, lora_manifest, plan_lora, reference_lora_config, write_lora_dir
+from pipeline.build.lora_build import engine_shape, lora_flags, lora_manifest, plan_lora, reference_lora_config, write_lora_dir
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.runner import run_logged
@@ -180,7 +180,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     check_tp(ckpt.shape, ckpt.tp)
     if ckpt.pp > ckpt.shape.num_layers:
         raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
-    lora = plan_lora(list(spec.lora), ckpt.shape, spec.max_lora_rank, list(spec.lora_target_modules))
+    lora = plan_lora(list(spec.lora), engine_shape(ckpt, gpu.is_cpu), spec.max_lora_rank, list(spec.lora_target_modules))
     target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
     limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
                             max_batch_size=spec.max_batch_size, max_num_tokens=spec.max_num_tokens)

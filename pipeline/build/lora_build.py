@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.build.checkpoint import CheckpointInfo
 from pipeline.build.flags import Flag
 from pipeline.build.memory import MemoryEstimate
 from pipeline.convert.lora_set import (LORA_SUBDIR, AdapterRef, ConvertedAdapter, LoraShape, adapter_ranks_and_modules,
@@ -54,6 +55,15 @@ class LoraPlan(BaseModel):
 
     def record(self) -> dict[str, Any]:
         return lora_record(self.adapters, self.shape)
+
+
+def engine_shape(ckpt: CheckpointInfo, is_cpu: bool) -> ModelSpec:
+    """The model shape with the engine's dtype: a TensorRT-LLM checkpoint's own, the HF folder's for the reference
+    runtime (it serves those weights), and for a GPU plan from an HF folder the dtype `pipeline convert` will write
+    (bfloat16 for --quant bf16, else its default float16)."""
+    if is_cpu or ckpt.kind == "trtllm":
+        return ckpt.shape
+    return ckpt.shape.model_copy(update={"dtype": "bfloat16" if ckpt.quant == "bf16" else "float16"})
 
 
 def plan_lora(specs: list[str], model: ModelSpec, max_lora_rank: int | None = None,

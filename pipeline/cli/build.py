@@ -142,7 +142,7 @@ def plan_text(plan) -> str:
         parts = plan.command_line.split(" --")
         lines.append("command     " + " \\\n              --".join(parts))
         lines.append("why")
-        lines.extend(f"  {f.name} {f.value or ''}: {f.why}" for f in plan.flags if f.why)
+        lines.extend(f"  {f.name} {' '.join([f.value or '', *f.extra])}: {f.why}" for f in plan.flags if f.why)
     for note in plan.notes:
         lines.append(f"note        {note}")
     return "\n".join(lines)

@@ -40,10 +40,10 @@ def lora_world(tmp_path_factory):
     return base, adapters
 
 
-def _plan(base: Path, loras: list[str], gpu: str = "h100", **extra):
+def _plan(base: Path, loras: list[str], gpu: str = "h100", quant: str = "fp16", **extra):
     from pipeline.build import BuildSpec, plan_build
 
-    return plan_build(BuildSpec(gpu=gpu, checkpoint=base, quant="fp16", lora=tuple(loras), **extra))
+    return plan_build(BuildSpec(gpu=gpu, checkpoint=base, quant=quant, lora=tuple(loras), **extra))
 
 
 def _flag_values(argv: list[str], name: str) -> list[str]:
@@ -61,8 +61,9 @@ def test_lora_flags_are_trtllm_builds_own(lora_world, reference_tsv, monkeypatch
     for name in ("--lora_plugin", "--lora_dir", "--lora_target_modules", "--max_lora_rank"):
         assert name in table and table[name]["takes_value"] == "yes", name
         assert argv.count(name) == 1
-    assert _flag_values(argv, "--lora_plugin") == ["float32"]  # the tiny model's dtype: the engine's
-    assert "float32" in table["--lora_plugin"]["choices"].split("|")
+    # the engine's dtype: what `pipeline convert --quant fp16` makes of the (float32) HF folder
+    assert _flag_values(argv, "--lora_plugin") == ["float16"]
+    assert "float16" in table["--lora_plugin"]["choices"].split("|")
     assert _flag_values(argv, "--lora_dir") == [str(adapters["sql"].resolve()), str(adapters["chat"].resolve())]
     assert "nargs +" in table["--lora_dir"]["note"] and "nargs +" in table["--lora_target_modules"]["note"]
     modules = _flag_values(argv, "--lora_target_modules")
@@ -124,18 +125,19 @@ def test_bad_adapters_exit_2_before_any_work(lora_world, loras, extra, needle, t
 
 
 def test_lora_storage_dtype_is_the_engines(lora_world, tmp_path, monkeypatch):
-    """A bf16 checkpoint gets a bf16 LoRA plugin and bf16 adapters."""
+    """A bf16 engine gets a bf16 LoRA plugin and bf16 adapters; the reference runtime the HF folder's own dtype."""
     import shutil
 
     monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path))
     base, adapters = lora_world
+    plan = _plan(base, [str(adapters["sql"])], quant="bf16")
+    assert _flag_values(plan.command, "--lora_plugin") == ["bfloat16"] and plan.lora.shape.dtype == "bfloat16"
     bf16 = tmp_path / "base-bf16"
     shutil.copytree(base, bf16)
     config = json.loads((bf16 / "config.json").read_text())
     config["dtype"] = config["torch_dtype"] = "bfloat16"
     (bf16 / "config.json").write_text(json.dumps(config))
-    plan = _plan(bf16, [str(adapters["sql"])])
-    assert _flag_values(plan.command, "--lora_plugin") == ["bfloat16"] and plan.lora.shape.dtype == "bfloat16"
+    assert _plan(bf16, [str(adapters["sql"])], gpu="cpu", quant=None).lora.shape.dtype == "bfloat16"
 
 
 def test_reference_build_carries_the_adapters(lora_world, tmp_path, monkeypatch):
