@@ -253,6 +253,10 @@ def plan_checks(spec: SmokeSpec, served: Served, other: str | None) -> list[Chec
     checks += [Check(f"concurrent_{spec.concurrency}", concurrent, needs=("decoupled",)),
                Check("too_long_prompt", too_long)]
     if spec.lora_task_id is not None:
+        if served.kind == "triton-llmapi":
+            raise InvalidInputError("--lora-task-id: smoke's lora check sends lora_task_id (ensemble/BLS) or lora_request "
+                                    "(OpenAI); the LLM-API model takes lora_name/lora_path/lora_id, which it does not send.",
+                                    hint="Check adapters through the ensemble, or through trtllm-serve with --lora-path.")
         checks.insert(3, Check("lora", lora, needs=("greedy",)))
     return checks
 

@@ -82,6 +82,8 @@ def test_lora_check_runs_only_on_a_deployment_with_adapters():
         refuse_bad_skips(checks, ("greedy",))
     with pytest.raises(ValueError):
         SmokeSpec(url=ENSEMBLE.url, lora_task_id=0)  # 0 is "no LoRA"
+    with pytest.raises(InvalidInputError, match="LLM-API model"):
+        plan_checks(SmokeSpec(url=LLMAPI.url, lora_task_id=3), LLMAPI, None)
 
 
 def test_lora_check_over_openai_sends_trtllm_serves_lora_request(monkeypatch):
