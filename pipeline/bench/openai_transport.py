@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from pipeline.bench.transport import Chunk, Usage
 from pipeline.bench.workload import BenchRequest
-from pipeline.clients.openai import Endpoint, Sampling, request_body, stream_events
+from pipeline.clients.openai import Endpoint, Sampling, lora_request, request_body, stream_events
 
 
 class OpenAITransport:
@@ -42,8 +42,12 @@ class OpenAITransport:
             self._session = None
 
     def body(self, request: BenchRequest) -> dict[str, Any]:
-        return request_body(self.model, request.prompt, endpoint=self.endpoint, max_tokens=request.max_tokens, stream=True,
+        body = request_body(self.model, request.prompt, endpoint=self.endpoint, max_tokens=request.max_tokens, stream=True,
                             sampling=Sampling(temperature=None, min_tokens=request.min_tokens if self.min_tokens else None))
+        if request.lora_task_id is not None:
+            body["lora_request"] = lora_request(request.adapter or str(request.lora_task_id), request.lora_task_id,
+                                                request.lora_path)
+        return body
 
     async def stream(self, request: BenchRequest) -> AsyncIterator[tuple[Any, Any]]:
         """(text, None) per text event, (Usage, None) for counts, (None, message) for an error."""

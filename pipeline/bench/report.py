@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from pipeline.bench.lora_mix import ROW_COLUMNS, class_rows
 from pipeline.core.artifacts import write_json_atomic, write_text_atomic
 from pipeline.core.output import to_jsonable
 
@@ -82,6 +83,9 @@ def markdown(result: Any) -> str:
             "OSL counted with the model's tokenizer", *[f"- note: {n}" for n in result.notes], ""]
     if result.levels:
         out += ["## Client-side measurements", "", _md_table(LEVEL_COLUMNS, level_rows(result.levels)), ""]
+    adapter_rows = class_rows(result.levels)
+    if adapter_rows:
+        out += ["## LoRA adapters against base requests (--lora-mix)", "", _md_table(ROW_COLUMNS, adapter_rows), ""]
     server_rows = []
     for level, server in zip(result.levels, result.servers):
         for name, s in (server or {}).get("models", {}).items():

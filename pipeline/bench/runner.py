@@ -42,6 +42,7 @@ class RequestRecord:
     perf: dict[str, int] | None = None
     send_unix_ns: int = 0
     output_tokens: int | None = None  # the server's count (OpenAI usage), when it reports one
+    adapter: str | None = None  # the request's --lora-mix class
 
     @property
     def text(self) -> str:
@@ -97,7 +98,8 @@ class Runner:
     async def one(self, request: BenchRequest) -> RequestRecord:
         clock = self.clock
         record = RequestRecord(index=request.index, isl=request.isl, max_tokens=request.max_tokens,
-                               min_tokens=request.min_tokens, send_t=clock(), send_unix_ns=self.wall_ns())
+                               min_tokens=request.min_tokens, send_t=clock(), send_unix_ns=self.wall_ns(),
+                               adapter=request.adapter)
         try:
             if self.request_timeout_s is None:
                 await self._consume(request, record)

@@ -17,6 +17,7 @@ from pipeline.bench.gates import GateResult, check_gates
 from pipeline.bench.runner import LevelRun, Load, RequestRecord, Runner
 from pipeline.bench.spec import BenchSpec, Dist
 from pipeline.bench.stats import linear_fit
+from pipeline.bench.lora_mix import assign, class_summaries, resolve_classes
 from pipeline.bench.transport import LlmApiTransport, ModelInfo, Transport, TritonTransport, model_info
 from pipeline.bench.workload import (BenchRequest, count_tokens, cycle, dataset_requests, load_tokenizer,
                                      synthetic_requests)
@@ -183,6 +184,8 @@ async def measure(spec: BenchSpec, driver: LevelDriver, tokenizer: Any, pool: li
             on_level(load)
         run, server = await driver.level(load, requests)
         summary, per_request = finish_level(run, tokenizer)
+        if spec.lora_mix:
+            summary["adapters"] = class_summaries(per_request, {r.index: r.adapter for r in run.records}, summary["duration_s"])
         if label:
             summary["load"] = label
         result.levels.append(summary)
@@ -289,6 +292,8 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
         pool = dataset_requests(spec.dataset, tokenizer, spec.osl, seed=spec.seed)
     else:
         pool = synthetic_requests(tokenizer, spec.isl, spec.osl, min(size, DURATION_POOL * 4), seed=spec.seed)
+    if spec.lora_mix:
+        pool = assign(pool, resolve_classes(spec.lora_mix, spec.lora_source), spec.seed)
     metrics_url = spec.metrics_url or default_metrics_url(spec.url)
     own = transport is None
     factory = None if transport is not None else make_transport(spec, info, result)

@@ -102,6 +102,8 @@ class BenchSpec(BaseModel):
     pd_osl: tuple[int, ...] = (8, 16, 32, 64, 128)
     gpu: str | None = None
     quant: str | None = None
+    lora_mix: tuple[tuple[str, float], ...] = ()  # --lora-mix (pipeline/bench/lora_mix.py)
+    lora_source: Path | None = None  # the deployment folder whose manifest names the adapters
 
     @model_validator(mode="after")
     def _check(self) -> "BenchSpec":

@@ -96,6 +96,7 @@ def build_request_inputs(request: BenchRequest, info: ModelInfo, *, perf_metrics
     optional inputs the model does not declare are left out."""
     return build_inputs(GenerateRequest(prompt=request.prompt, max_tokens=request.max_tokens, stream=True,
                                         min_tokens=request.min_tokens, return_perf_metrics=perf_metrics,
+                                        lora_task_id=request.lora_task_id,
                                         return_num_output_tokens=False), declared=info.inputs)
 
 

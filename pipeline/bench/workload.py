@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,6 +27,9 @@ class BenchRequest:
     isl: int
     max_tokens: int
     min_tokens: int | None = None
+    adapter: str | None = None  # --lora-mix: the class (an adapter's name or "base"; pipeline/bench/lora_mix.py)
+    lora_task_id: int | None = None  # None: no adapter
+    lora_path: str | None = None  # the adapter on the server (trtllm-serve's lora_request)
 
 
 def load_tokenizer(path: Path) -> Any:
@@ -143,6 +146,5 @@ def cycle(requests: list[BenchRequest], n: int | None, *, start: int = 0):
     i = 0
     while n is None or i < n:
         base = requests[i % len(requests)]
-        yield BenchRequest(index=start + i, prompt=base.prompt, isl=base.isl,
-                           max_tokens=base.max_tokens, min_tokens=base.min_tokens)
+        yield replace(base, index=start + i)
         i += 1

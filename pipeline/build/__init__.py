@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from pipeline.core.artifacts import atomic_dir, build_manifest, sha256_json, write_json_atomic
 from pipeline.build.checkpoint import CheckpointInfo, find_checkpoint, read_checkpoint
 from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_build_command, trtllm_flags
+from pipeline.build.lora_build import engine_shape, lora_flags, lora_manifest, plan_lora, reference_lora_config, write_lora_dir
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.runner import run_logged
@@ -66,6 +67,9 @@ class BuildSpec(BaseModel):
     slo_isl: int | None = Field(None, ge=1)
     slo_osl: int | None = Field(None, ge=1)
     calibrate: tuple[Path, ...] = ()  # bench.json files the SLO search is calibrated with
+    lora: tuple[str, ...] = ()  # [NAME=]PATH of each PEFT adapter (pipeline/build/lora_build.py)
+    max_lora_rank: int | None = Field(None, ge=1)
+    lora_target_modules: tuple[str, ...] = ()
 
 
 class BuildPlan(PlannedProfile):
@@ -181,6 +185,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     check_tp(ckpt.shape, ckpt.tp)
     if ckpt.pp > ckpt.shape.num_layers:
         raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
+    lora = plan_lora(list(spec.lora), engine_shape(ckpt, gpu.is_cpu), spec.max_lora_rank, list(spec.lora_target_modules))
     target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
     slo_plan = None
     if spec.slo:
@@ -196,13 +201,15 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         flags: list[Flag] = []
     else:
         flags = trtllm_flags(target, limits, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
-    memory, fit_notes = check_fits(ckpt.model, target, limits)
+        flags += lora_flags(lora) if lora else []
+    memory, fit_notes = check_fits(ckpt.model, target, limits, lora.cache_bytes if lora else 0)
     notes.extend(fit_notes)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant.name, kv_cache=kv.name, tp=ckpt.tp, pp=ckpt.pp,
         goal=spec.goal, max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len,
         max_batch_size=limits.max_batch_size, max_num_tokens=limits.max_num_tokens,
+        lora=sha256_json(lora.identity())[:12] if lora else None,
     )
     engine_dir = stage_dir(ckpt.model, "engines", profile.id)
     block = spec.tokens_per_block or 32
@@ -220,6 +227,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "tokens_per_block": block if gpu.is_cpu else None,
         "tokenizer": bool(tokenizer),
         **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors", "offsets_ms")}} if slo_plan else {}),
+        **({"lora": lora.identity()} if lora else {}),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
@@ -227,7 +235,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
-        tokenizer=tokenizer, slo_plan=slo_plan,
+        tokenizer=tokenizer, slo_plan=slo_plan, lora=lora,
     )
 
 
@@ -269,6 +277,7 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "timings": timings,
         "peak_rss_mib": peak_rss_mib,
         **({"slo_plan": plan.slo_plan} if plan.slo_plan else {}),
+        **({"lora": lora_manifest(plan.lora, plan.memory)} if plan.lora else {}),
     }
 
 
@@ -282,9 +291,14 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
         "plugin_config": {"paged_kv_cache": True, "tokens_per_block": spec.tokens_per_block or 32,
                           "remove_input_padding": True, "context_fmha": True, "use_paged_context_fmha": True},
     }
+    if plan.lora:
+        lora_keys = reference_lora_config(plan.lora)
+        build_config["lora_config"] = lora_keys["lora_config"]
+        build_config["plugin_config"]["lora_plugin"] = lora_keys["lora_plugin"]
     with atomic_dir(plan.engine_dir) as tmp:
         write_reference_engine_dir(plan.checkpoint, tmp, build_config,
                                    simulated_quant=(plan.profile.quant, plan.profile.kv_cache))
+        write_lora_dir(plan.lora, tmp)
         timings = {"build_s": round(time.time() - started, 3)}
         manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, None))
         write_json_atomic(tmp / "manifest.json", manifest)
@@ -333,6 +347,7 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
         shutil.move(str(log_path), tmp / BUILD_LOG)
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
+        write_lora_dir(plan.lora, tmp)
         timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}
         extra = _manifest_extra(plan, timings, result.peak_rss_mib, engine_built_version(tmp))
         manifest = build_manifest(build_origin(plan), tmp, started, extra=extra)

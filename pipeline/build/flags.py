@@ -49,9 +49,10 @@ class Flag(BaseModel):
     name: str
     value: str | None = None  # None: a store_true flag
     why: str = ""
+    extra: tuple[str, ...] = ()  # the further values of an nargs="+" flag (--lora_dir A B)
 
     def argv(self) -> list[str]:
-        return [self.name] if self.value is None else [self.name, self.value]
+        return [self.name] if self.value is None else [self.name, self.value, *self.extra]
 
 
 def builder_restriction(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> str | None:

@@ -24,6 +24,7 @@ from pipeline.core.quant import KvCacheFormat, QuantFormat
 GIB = float(planner.GIB)
 LOW_MEMORY_SEQUENCES = 4  # fewer full-length sequences than this in the KV cache: "low memory"
 TP_CHOICES = (1, 2, 4, 8)
+LORA_CACHE_DEFAULT_FRACTION = 0.05  # the backend's lora_cache_gpu_memory_fraction default (see estimate)
 
 
 class Limits(BaseModel):
@@ -72,11 +73,13 @@ class MemoryEstimate(BaseModel):
     overhead_gib: float
     kv_bytes_per_token: float  # per GPU
     kv_one_sequence_gib: float
-    needed_gib: float  # weights + activations + overhead + one max_seq_len sequence
+    needed_gib: float  # weights + activations + overhead + LoRA cache + one max_seq_len sequence
     kv_capacity_tokens: int
     max_full_sequences: int
     fits: bool
     low_memory: bool
+    lora_cache_gib: float = 0.0  # every adapter of a --lora build resident on the GPU
+    lora_cache_fraction: float | None = None  # of the memory left after the KV cache: the lora_cache_gpu_memory_fraction
 
 
 def _stage(model: ModelSpec, pp: int) -> ModelSpec:
@@ -91,18 +94,33 @@ def _device(gpu: GpuSpec) -> GpuSpec:
     return gpu.model_copy(update={"memory_gib": round(psutil.virtual_memory().total / GIB, 1)})
 
 
-def estimate(target: EngineTarget, limits: Limits) -> MemoryEstimate:
+def estimate(target: EngineTarget, limits: Limits, lora_bytes: int = 0) -> MemoryEstimate:
+    """lora_bytes: the LoRA cache (every adapter resident). TensorRT-LLM's backend carves its device cache from
+    the memory left after the KV cache (lora_cache_gpu_memory_fraction of it, default 0.05: tensorrtllm_backend
+    @b9cc2248 docs/model_config.md:145-153), so the estimate counts it there and the KV cache gives up only what
+    that leftover cannot hold."""
     scenario = target.scenario(*limits.isl_osl)
     plan = planner.memory_plan(scenario, max_num_tokens=limits.max_num_tokens, max_batch_size=limits.max_batch_size)
     activation = planner.activation_bytes(scenario.model, target.tp, limits.max_num_tokens, limits.max_batch_size) / GIB
     one_sequence = plan.kv_bytes_per_token * limits.max_seq_len / GIB
+    capacity, sequences, fits = plan.kv_capacity_tokens, plan.max_sequences, plan.fits
+    lora, fraction = lora_bytes / GIB, None
+    if lora_bytes:
+        leftover = plan.free_gib - plan.kv_cache_gib
+        squeeze = max(0.0, lora - leftover)
+        if squeeze:
+            capacity = max(0, int((plan.kv_cache_gib - squeeze) * GIB // plan.kv_bytes_per_token))
+            sequences = capacity // limits.max_seq_len
+            fits = sequences >= 1
+        fraction = min(1.0, max(LORA_CACHE_DEFAULT_FRACTION, math.ceil(100 * lora / leftover) / 100 if leftover else 1.0))
     return MemoryEstimate(
         gpu=target.gpu.key, gpu_memory_gib=plan.gpu_memory_gib, weights_gib=plan.weights_gib,
         activation_gib=round(activation, 3), overhead_gib=planner.RUNTIME_RESERVE_GIB,
         kv_bytes_per_token=plan.kv_bytes_per_token, kv_one_sequence_gib=round(one_sequence, 4),
-        needed_gib=round(plan.weights_gib + plan.reserve_gib + one_sequence, 3),
-        kv_capacity_tokens=plan.kv_capacity_tokens, max_full_sequences=plan.max_sequences, fits=plan.fits,
-        low_memory=plan.fits and plan.max_sequences < LOW_MEMORY_SEQUENCES,
+        needed_gib=round(plan.weights_gib + plan.reserve_gib + lora + one_sequence, 3),
+        kv_capacity_tokens=capacity, max_full_sequences=sequences, fits=fits,
+        low_memory=fits and sequences < LOW_MEMORY_SEQUENCES,
+        lora_cache_gib=round(lora, 4), lora_cache_fraction=fraction,
     )
 
 

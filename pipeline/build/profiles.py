@@ -38,6 +38,7 @@ class BuildProfile(BaseModel):
     max_num_tokens: int = Field(8192, ge=1)
     trtllm_version: str = TRTLLM_VERSION
     backend: Backend = Field(DEFAULT_BACKEND, description="tensorrt (an engine) or pytorch (LLM-API options + HF checkpoint)")
+    lora: str | None = Field(None, description="a LoRA build: the hash of its adapters, rank and target modules")
 
     @property
     def world_size(self) -> int:
@@ -49,6 +50,8 @@ class BuildProfile(BaseModel):
         fields = self.model_dump(mode="json")
         if self.backend == DEFAULT_BACKEND:
             del fields["backend"]
+        if self.lora is None:  # likewise: builds without adapters keep their ids
+            del fields["lora"]
         return fields
 
     @property
@@ -64,7 +67,8 @@ class BuildProfile(BaseModel):
         kv = "" if self.kv_cache == "auto" else f"-kv{self.kv_cache}"
         pp = "" if self.pp == 1 else f"-pp{self.pp}"
         suffix = "-torch" if torch and self.runtime == "reference" else ""
-        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{suffix}"
+        lora = "" if self.lora is None else "-lora"
+        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{lora}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------

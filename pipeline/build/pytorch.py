@@ -24,10 +24,9 @@ planner.recommend_build, memory.estimate), per GPU and goal:
 - tensor_parallel_size: --tp (the LLM API shards the checkpoint at load time).
 - dtype: "float16"/"bfloat16" only for a float32 checkpoint (the demo's GGUF-derived hf/): the LLM API
   casts at load, so the deployable runs the profile's 16-bit precision; otherwise left to "auto".
-- cuda_graph_config: batch_sizes = powers of two up to max_batch_size, plus max_batch_size; enable_padding
-  true so a batch between two sizes runs the next graph up. 1.1.0's validator sets
-  cuda_graph_config.max_batch_size to max(batch_sizes) when it is left out, so it is left out.
-  On the CPU (reference runtime) it is null: no CUDA graphs.
+- cuda_graph_config: batch_sizes = powers of two up to max_batch_size, plus max_batch_size; enable_padding true so a
+  batch between two sizes runs the next graph up (1.1.0's validator sets its max_batch_size to max(batch_sizes)). Null
+  on the CPU, and with --lora (lora_config and the adapters in lora/: pipeline/build/lora_options.py).
 """
 
 from __future__ import annotations
@@ -38,15 +37,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from pipeline.core.artifacts import (
-    atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic,
-)
+from pipeline.core.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
 from pipeline.build.llm_args import check_options, source_commit
+from pipeline.build.lora_build import plan_lora
+from pipeline.build.lora_options import copy_adapters, lora_extra, with_lora
 from pipeline.build.memory import EngineTarget, Limits, default_limits
-from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR,
-                                 OPTIONS_FILE, PYTORCH_BACKEND)
+from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR, OPTIONS_FILE,
+                                      PYTORCH_BACKEND)
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, check_pytorch_precision, get_gpu
 from pipeline.core.paths import stage_dir
@@ -302,25 +301,26 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     target = EngineTarget(ckpt.shape, gpu, qf, kf, tp, 1, spec.goal)
     limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len, max_batch_size=spec.max_batch_size,
                             max_num_tokens=spec.max_num_tokens)
-    memory, fit_notes = check_fits(ckpt.model, target, limits)
+    lora = plan_lora(list(spec.lora), ckpt.shape, spec.max_lora_rank, list(spec.lora_target_modules))
+    memory, fit_notes = check_fits(ckpt.model, target, limits, lora.cache_bytes if lora else 0)
     cast_to = {"fp16": "float16", "bf16": "bfloat16"}.get(quant) if str(ckpt.shape.dtype) == "float32" else None
-    options, why = llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to)
     env = server_env(gpu, kv)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant, kv_cache=kv, tp=tp, pp=1, goal=spec.goal,
         max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len, max_batch_size=limits.max_batch_size,
-        max_num_tokens=limits.max_num_tokens, backend=PYTORCH_BACKEND,
+        max_num_tokens=limits.max_num_tokens, backend=PYTORCH_BACKEND, lora=sha256_json(lora.identity())[:12] if lora else None,
     )
-    inputs_hash = sha256_json({"profile": profile.model_dump(mode="json"), "checkpoint": ckpt.revision,
-                               "model_source": str(source), "options": options, "simulated": simulated, "env": env})
+    options, why = with_lora(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), lora, stage_dir(ckpt.model, "engines", profile.id))
+    inputs_hash = sha256_json({"profile": profile.model_dump(mode="json"), "checkpoint": ckpt.revision, "model_source": str(source),
+                               "options": options, "simulated": simulated, "env": env, "lora": lora.identity() if lora else None})
     return TorchPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name,
         runtime="reference" if gpu.is_cpu else "pytorch",
         gpu=gpu.summary(),
         checkpoint=ckpt.path, checkpoint_format=HF_FORMAT, model_source=source,
         deploy_dir=stage_dir(ckpt.model, "engines", profile.id), limits=limits, options=options, why=why,
-        memory=memory, inputs_hash=inputs_hash, simulated=simulated, env=env, notes=[*notes, *fit_notes], plan_only=plan_only,
+        memory=memory, inputs_hash=inputs_hash, simulated=simulated, env=env, notes=[*notes, *fit_notes], plan_only=plan_only, lora=lora,
     )
 
 
@@ -345,8 +345,9 @@ def build_pytorch(spec: Any, reporter: Reporter = SILENT) -> TorchResult:
                 linked.append(link_or_copy(path, model_dir / path.name))
                 progress.advance(task)
         write_text_atomic(tmp / OPTIONS_FILE, options_yaml(plan))
+        copy_adapters(plan.lora, tmp)
         manifest = build_manifest(
-            build_origin(plan), tmp, started, extra=_manifest_extra(plan, linked, started),
+            build_origin(plan), tmp, started, extra={**_manifest_extra(plan, linked, started), **lora_extra(plan.lora, plan.deploy_dir)},
             files=_inventory(tmp, plan.model_source),
         )
         write_json_atomic(tmp / "manifest.json", manifest)

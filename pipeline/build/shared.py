@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.artifacts import ArtifactOrigin, reusable, read_manifest
 from pipeline.hf.sources import parse_source
+from pipeline.build.lora_build import LoraPlan
 from pipeline.build.memory import EngineTarget, Limits, MemoryEstimate, estimate, what_would_fit
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.paths import build_root
@@ -31,6 +32,7 @@ class PlannedProfile(BaseModel):
     memory: MemoryEstimate
     inputs_hash: str
     notes: list[str] = []
+    lora: LoraPlan | None = None  # --lora: the adapters, checked (pipeline/build/lora_build.py)
 
 
 def model_folder_name(model: str) -> str:
@@ -44,17 +46,19 @@ def model_folder_name(model: str) -> str:
         return model
 
 
-def check_fits(name: str, target: EngineTarget, limits: Limits) -> tuple[MemoryEstimate, list[str]]:
-    """The memory estimate of model `name`; refuses (with what would fit) a model that does not fit, notes low memory."""
+def check_fits(name: str, target: EngineTarget, limits: Limits, lora_bytes: int = 0) -> tuple[MemoryEstimate, list[str]]:
+    """The memory estimate of model `name` (with a LoRA cache of lora_bytes); refuses (with what would fit) a model
+    that does not fit, notes low memory."""
     notes: list[str] = []
     gpu, quant, kv, tp, pp = target.gpu, target.quant, target.kv, target.tp, target.pp
-    memory = estimate(target, limits)
+    memory = estimate(target, limits, lora_bytes)
     if not memory.fits:
         ideas = what_would_fit(target, limits)
         raise UnsupportedError(
             f"{name} ({quant.name}, KV {kv.name}, tp {tp}, pp {pp}) does not fit on {gpu.key}: it needs "
             f"~{memory.needed_gib:.1f} GiB per GPU (weights {memory.weights_gib:.1f}, activations "
-            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, one {limits.max_seq_len}-token sequence "
+            f"{memory.activation_gib:.1f}, runtime reserve {memory.overhead_gib:.1f}, LoRA cache {memory.lora_cache_gib:.2f}, "
+            f"one {limits.max_seq_len}-token sequence "
             f"{memory.kv_one_sequence_gib:.2f}) of {memory.gpu_memory_gib:.1f} GiB.",
             hint=("What would fit: " + "; ".join(ideas) + ".") if ideas else "Nothing in reach fits: use a bigger GPU or a smaller model.",
         )

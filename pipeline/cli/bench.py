@@ -31,6 +31,10 @@ PerfMetricsOpt = Annotated[bool, typer.Option("--perf-metrics", help="Ask for th
 TimeoutOpt = Annotated[float, typer.Option("--request-timeout", min=0.1, help="Seconds before a request counts as a timeout error.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the synthetic workload and Poisson arrivals.")]
 BenchGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key: print the planner's prediction beside the measurement.")]
+LoraMixOpt = Annotated[Optional[str], typer.Option("--lora-mix", help="Share of requests per adapter, e.g. sql=0.5,chat=0.3,"
+                      "base=0.2 (base: no adapter; a name of digits is a task id); reports each class against base.")]
+LoraSourceOpt = Annotated[Optional[Path], typer.Option("--lora-source", help="Engine folder, bundle or deployable whose "
+                          "manifest maps --lora-mix names to task ids (and trtllm-serve's lora_path).")]
 BenchQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="Precision for the prediction (with --gpu).")]
 
 
@@ -79,12 +83,15 @@ def bench(
     seed: SeedOpt = 0,
     gpu: BenchGpuOpt = None,
     quant: BenchQuantOpt = None,
+    lora_mix: LoraMixOpt = None,
+    lora_source: LoraSourceOpt = None,
     out: OutDirOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Measure TTFT, TPOT, latency and throughput of a served model; gate on SLOs (exit 4 when one fails)."""
     from pipeline.bench import BenchEvents, BenchSpec, Dist, parse_slo, run_bench
     from pipeline.bench.gates import FAILED_COLUMNS, failed_rows, require_pass
+    from pipeline.bench.lora_mix import parse_lora_mix
 
     set_json(json_output)
     spec = BenchSpec(
@@ -94,6 +101,7 @@ def bench(
         tokenizer=tokenizer, slo=tuple(parse_slo(s) for s in slo or ()), out=out, metrics_url=metrics_url, seed=seed,
         request_timeout_s=request_timeout, perf_metrics=perf_metrics, prefill_decode=prefill_decode,
         pd_isl=_ints(pd_isl, "--pd-isl"), pd_osl=_ints(pd_osl, "--pd-osl"), gpu=gpu, quant=quant,
+        lora_mix=parse_lora_mix(lora_mix) if lora_mix else (), lora_source=lora_source,
     )
     with OUT.progress() as progress:
         task = {"id": None}
@@ -134,4 +142,9 @@ def _print(result) -> None:
     summary = {"out_dir": result.out_dir, "levels": result.levels, "server": result.servers,
                "prefill_decode": result.prefill_decode, "diagnosis": result.hints, "slo": result.gates,
                "prediction": result.prediction, "planned": result.planned}
+    from pipeline.bench.lora_mix import ROW_COLUMNS, class_rows
+
+    rows = class_rows(result.levels)
+    if rows:  # --lora-mix: each adapter against base requests
+        OUT.stderr.print(simple_table("LoRA adapters against base", ROW_COLUMNS, rows))
     OUT.result(summary, table=table, text=text)

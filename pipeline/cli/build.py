@@ -33,6 +33,13 @@ BuildSloOpt = Annotated[Optional[str], typer.Option("--slo", help="Choose max_ba
 SloIslOpt = Annotated[Optional[int], typer.Option("--isl", min=1, help="Prompt tokens the --slo choice is planned for.")]
 SloOslOpt = Annotated[Optional[int], typer.Option("--osl", min=1, help="Output tokens the --slo choice is planned for.")]
 BuildCalibrateOpt = Annotated[Optional[List[Path]], typer.Option("--calibrate", help="bench.json of this deployment (repeat): calibrate the --slo choice.")]
+LoraOpt = Annotated[Optional[list[str]], typer.Option(
+    "--lora", help="A PEFT adapter folder to serve, as PATH or NAME=PATH (digits: the task id; repeat per adapter). "
+    "Its rank, hidden size, layers and modules are checked; the engine folder carries it in NVIDIA's format.")]
+MaxLoraRankOpt = Annotated[Optional[int], typer.Option(
+    "--max-lora-rank", min=1, help="Largest adapter rank the engine serves (default: the largest --lora rank).")]
+LoraModulesOpt = Annotated[Optional[list[str]], typer.Option(
+    "--lora-target-modules", help="NVIDIA module names LoRA applies to (default: every module the adapters target).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 
@@ -60,6 +67,9 @@ def build(
     isl: SloIslOpt = None,
     osl: SloOslOpt = None,
     calibrate: BuildCalibrateOpt = None,
+    lora: LoraOpt = None,
+    max_lora_rank: MaxLoraRankOpt = None,
+    lora_target_modules: LoraModulesOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -74,6 +84,8 @@ def build(
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
         backend=backend, slo=slo, slo_isl=isl, slo_osl=osl, calibrate=tuple(calibrate or ()),
+        lora=tuple(lora or ()), max_lora_rank=max_lora_rank,
+        lora_target_modules=tuple(lora_target_modules or ()),
     )
     pytorch = backend == "pytorch"
     if dry_run:
@@ -90,9 +102,15 @@ def build(
 
 def _memory_line(m) -> str:
     return (f"memory/GPU  weights {m.weights_gib:.2f} + activations {m.activation_gib:.2f} + runtime reserve "
-            f"{m.overhead_gib:.1f} + one sequence {m.kv_one_sequence_gib:.3f} = {m.needed_gib:.2f} of {m.gpu_memory_gib:.1f} GiB; "
+            f"{m.overhead_gib:.1f}{f' + LoRA cache {m.lora_cache_gib:.3f}' if m.lora_cache_gib else ''} + one sequence {m.kv_one_sequence_gib:.3f} = {m.needed_gib:.2f} of {m.gpu_memory_gib:.1f} GiB; "
             f"KV {m.kv_bytes_per_token} B/token, room for {m.kv_capacity_tokens} tokens = {m.max_full_sequences} "
             f"full sequences{' (LOW MEMORY)' if m.low_memory else ''}")
+
+
+def _lora_line(lora) -> str:
+    adapters = ", ".join(f"{a.name} (task {a.task_id}, rank {a.rank})" for a in lora.adapters)
+    return (f"lora        {adapters}; max rank {lora.shape.max_rank}, modules {' '.join(lora.shape.target_modules or ())}, "
+            f"{lora.shape.dtype}; cache {lora.cache_bytes / (1 << 20):.1f} MiB")
 
 
 def torch_plan_text(plan) -> str:
@@ -127,11 +145,13 @@ def plan_text(plan) -> str:
         f"max_batch_size {lim.max_batch_size}, max_num_tokens {lim.max_num_tokens}",
         _memory_line(m),
     ]
+    if plan.lora:
+        lines.append(_lora_line(plan.lora))
     if plan.command:
         parts = plan.command_line.split(" --")
         lines.append("command     " + " \\\n              --".join(parts))
         lines.append("why")
-        lines.extend(f"  {f.name} {f.value or ''}: {f.why}" for f in plan.flags if f.why)
+        lines.extend(f"  {f.name} {' '.join([f.value or '', *f.extra])}: {f.why}" for f in plan.flags if f.why)
     for note in plan.notes:
         lines.append(f"note        {note}")
     return "\n".join(lines)

@@ -44,6 +44,13 @@ FormatOpt = Annotated[
                  "checkpoint for TensorRT-LLM's PyTorch backend (fp16, bf16, fp8, nvfp4, int4_awq, w4a8_awq; KV auto or fp8)."),
 ]
 
+LoraOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--lora", help="A PEFT adapter folder, as PATH or NAME=PATH (digits: the task id; repeat per adapter): "
+                 "converted into NVIDIA's format in <checkpoint>/lora/<task_id>/, in the checkpoint's dtype."),
+]
+
+
 def _where(device: Optional[str]) -> str:
     return {"cpu": " on the CPU", "cuda": " on the GPUs"}.get(device or "", "")
 
@@ -67,6 +74,7 @@ def convert(
     device: DeviceOpt = "auto",
     force: ForceOpt = False,
     checkpoint_format: FormatOpt = "trtllm",
+    lora: LoraOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Quantize with NVIDIA ModelOpt and export a TensorRT-LLM checkpoint (or, with --format hf, a ModelOpt
@@ -80,7 +88,7 @@ def convert(
     spec = spec_from_options(  # the spec checks --dtype and --device
         ConvertSpec, model=model, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, gpu=gpu, calib_data=calib_data,
         calib_size=calib_size, calib_max_len=calib_max_len, calib_batch_size=calib_batch_size, dtype=dtype,
-        device=device, force=force, format=checkpoint_format,
+        device=device, force=force, format=checkpoint_format, lora=tuple(lora or ()),
     )
     result = run_convert(spec, OutputReporter())
     if result.skipped:

@@ -184,6 +184,14 @@ def request_body(model: str | None, prompt: str, *, endpoint: Endpoint, max_toke
     return body
 
 
+def lora_request(name: str, task_id: int, path: str | None) -> dict[str, Any]:
+    """trtllm-serve's per-request adapter, the body extension `lora_request` (TensorRT-LLM 1.1.0's
+    openai_completion_client_for_lora example, https://nvidia.github.io/TensorRT-LLM/1.1.0/examples/
+    openai_completion_client_for_lora.html lines 17-27: lora_name, lora_int_id, lora_path; the server hands it to
+    generate_async as a LoRARequest, whose lora_path must exist on the server). `model` stays the base model."""
+    return {"lora_name": name, "lora_int_id": int(task_id), **({"lora_path": path} if path else {})}
+
+
 @dataclass
 class Completion:
     """One finished request, streamed or not."""

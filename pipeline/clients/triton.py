@@ -43,6 +43,7 @@ class GenerateRequest:
     return_log_probs: bool = False
     return_perf_metrics: bool = False
     return_num_output_tokens: bool = True
+    lora_task_id: int | None = None  # an adapter the server holds (prefetched or cached): the id alone
 
 
 @dataclass
@@ -119,6 +120,7 @@ def build_inputs(request: GenerateRequest, *, declared: frozenset[str] = frozens
         ("return_log_probs", request.return_log_probs or None, bool, "BOOL"),
         ("return_perf_metrics", request.return_perf_metrics or None, bool, "BOOL"),
         ("return_num_output_tokens", request.return_num_output_tokens or None, bool, "BOOL"),
+        ("lora_task_id", request.lora_task_id, np.uint64, "UINT64"),
     )
     for name, value, np_type, triton_type in scalars:
         if value is not None and (not declared or name in declared):

@@ -35,6 +35,7 @@ from pipeline.convert.checks import (  # noqa: F401 (SUPPORTED_ARCHITECTURES, NO
     resolve_dtype,
     resolve_source,
 )
+from pipeline.convert.lora_set import LORA_SUBDIR, adapters_for_checkpoint, adapters_identity, convert_adapters, lora_record
 from pipeline.convert.export import finish_config, quantize_and_export, warnings_worth_keeping
 from pipeline.convert.resources import check_hub_model_fits, check_resources, convert_job
 from pipeline.convert.result import convert_result, package_version, peak_rss_mb
@@ -117,6 +118,9 @@ def convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertResult:
                 "modelopt_warnings": warnings_worth_keeping(caught),
             },
         )
+        if plan.lora:
+            adapters = convert_adapters(plan.lora, plan.lora_shape, tmp / LORA_SUBDIR)
+            manifest["lora"] = lora_record(adapters, plan.lora_shape)
         write_json_atomic(tmp / MANIFEST_NAME, manifest)
     return convert_result(plan, manifest, skipped=False, started=started, device=placement.device)
 
@@ -151,6 +155,7 @@ def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertDecis
     if checkpoint_format == TRTLLM_FORMAT:  # what TensorRT-LLM's checkpoint classes reject
         preflight(architecture_of(hf_config) or "", hf_config, rope)
     check_parallel(hf_config, spec.tp, spec.pp)
+    lora_refs, lora_shape = adapters_for_checkpoint(list(spec.lora), hf_config, dtype, checkpoint_format)
     awq_block = None
     if "awq" in fmt.name:
         awq_block = choose_awq_block(linear_in_features(hf_config), spec.tp)
@@ -171,6 +176,8 @@ def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertDecis
         "converter": CONVERTER_VERSION,
         "modelopt": package_version("nvidia-modelopt"),
     }
+    if lora_refs:  # absent without adapters, so checkpoint ids stay as they were
+        inputs["lora"] = adapters_identity(lora_refs)
     if checkpoint_format == HF_FORMAT:  # absent = trtllm, so trtllm checkpoint ids stay as they were
         inputs.update({"format": HF_FORMAT, "hf_export": hf_export.HF_EXPORT_VERSION})
     inputs_hash = sha256_json(inputs)
@@ -180,6 +187,7 @@ def plan_convert(spec: ConvertSpec, reporter: Reporter = SILENT) -> ConvertDecis
     return ConvertDecisions(
         format=checkpoint_format, fmt=fmt, kv=kv, dtype=dtype, hf_dir=hf_dir, model=model, decoder_type=decoder_type, hf_config=hf_config, rope=rope,
         calibration=calibration, awq_block=awq_block, inputs=inputs, inputs_hash=inputs_hash, ckpt_id=ckpt_id, out=out,
+        lora=lora_refs, lora_shape=lora_shape,
     )
 
 

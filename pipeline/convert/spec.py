@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.quantization.calibration import DEFAULT_CALIB_SIZE, CalibrationSet
+from pipeline.convert.lora_set import AdapterRef, LoraShape
 from pipeline.hf.compat import RopeSettings
 from pipeline.placement import Device
 from pipeline.core.quant import KvCacheFormat, QuantFormat
@@ -36,6 +37,7 @@ class ConvertSpec(BaseModel):
     force: bool = False
     root: Optional[Path] = None
     format: str = Field("trtllm", description="trtllm: TensorRT-LLM checkpoint; hf: ModelOpt unified HF checkpoint")
+    lora: tuple[str, ...] = Field((), description="[NAME=]PATH of PEFT adapters to convert into <checkpoint>/lora/<task_id>/")
 
 
 class ConvertResult(BaseModel):
@@ -82,3 +84,5 @@ class ConvertDecisions(BaseModel):
     inputs_hash: str
     ckpt_id: str
     out: Path
+    lora: list[AdapterRef] = []  # --lora, numbered (pipeline/convert/lora_set.py)
+    lora_shape: Optional[LoraShape] = None

@@ -33,6 +33,7 @@ from pipeline.core.artifacts import (
     sha256_json,
 )
 from pipeline.render.bundle import tree_identity
+from pipeline.convert.lora_set import LORA_SUBDIR
 from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE, PYTORCH_BACKEND, read_deployable
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import get_gpu
@@ -169,10 +170,10 @@ def write_openai_bundle(engine_dir: Path, profile: BuildProfile, out: Path) -> P
     if reusable(out, inputs_hash):
         return out
     recorded = (read_manifest(engine_dir) or {}).get("files") or {}
-    model = engine_dir / MODEL_SUBDIR
+    carried = [engine_dir / MODEL_SUBDIR, engine_dir / LORA_SUBDIR]  # the weights, and a --lora build's PEFT adapters
     with atomic_dir(out) as tmp:
         files: dict[str, dict[str, Any]] = {}
-        for source in sorted(p for p in model.rglob("*") if p.is_file()):
+        for source in sorted(p for folder in carried for p in folder.rglob("*") if p.is_file()):
             rel = source.relative_to(engine_dir).as_posix()
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             link_or_copy(source, tmp / rel)

@@ -32,6 +32,7 @@ from pipeline.render.model_repo import (RenderResult, Runtime, copy_python_model
 from pipeline.build.profiles import check_engine_compatible
 from pipeline.render.checks import check_repository
 from pipeline.render.context import engine_features, template_context
+from pipeline.render.lora import lora_parameters
 from pipeline.render.spec import MODELS, RenderSpec
 from pipeline.render import speculative
 from pipeline.hf.tokenizer import tokenizer_files
@@ -92,6 +93,7 @@ def render(spec: RenderSpec) -> RenderResult:
     draft = speculative.draft_engine(engine, record)
     context["tensorrt_llm_parameters"].update(speculative.lookahead_parameters(record))
     context["draft_model_name"] = speculative.DRAFT_MODEL if draft else ""
+    context["tensorrt_llm_parameters"].update(lora_parameters(engine, config, bundle.engine_path(root)))
     inputs = {
         "spec": spec.model_dump(mode="json", exclude={"force"}),
         "runtime": runtime,

@@ -27,6 +27,7 @@ from pipeline.render import bundle
 from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, reusable, sha256_json, write_json_atomic
 from pipeline.core.deployable import MODEL_SUBDIR, OPTIONS_FILE, Deployable, read_deployable
 from pipeline.core.errors import InvalidInputError, StageFailedError
+from pipeline.render.lora import relocate_lora_dirs
 from pipeline.render.model_repo import (
     LEFTOVER_MARKERS, RenderResult, copy_python_model, default_out_dir, package_folder, parse_model_config,
     templates_dir, templates_hash, tensor_signature,
@@ -103,6 +104,7 @@ def render_llmapi(spec):
     if not (templates / TEMPLATE_DIR / MODEL / "config.pbtxt.j2").is_file():
         raise StageFailedError(f"The template folder {templates} has no {TEMPLATE_DIR}/{MODEL}/ (the LLM-API model).",
                                hint="Unset PIPELINE_TEMPLATES_DIR, or copy model_repo_templates/llmapi/ into it.")
+    options = relocate_lora_dirs(options, folder, bundle.engine_path(root))  # the adapters, where the bundle holds them
     context = llmapi_context(options, runtime, bundle.engine_path(root) / MODEL_SUBDIR, spec.decoupled,
                              deployable.simulated if runtime == "reference" else None)
     inputs = {"spec": spec.model_dump(mode="json", exclude={"force"}), "runtime": runtime, "options": options,

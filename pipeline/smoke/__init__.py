@@ -9,7 +9,9 @@ gives >= 2 responses whose text equals the non-streamed text; max_tokens is resp
 ensemble's num_output_tokens, OpenAI's usage.completion_tokens, the LLM-API model's streamed responses; and
 for both new contracts the short text is a prefix of the greedy text); a stop word stops generation; the other
 front model (BLS vs ensemble) answers the same (ensemble contract only); 8 concurrent requests all complete;
-a too-long prompt gets a clear error and the server is still ready after it. Over OpenAI "clear" means an
+a too-long prompt gets a clear error and the server is still ready after it. With --lora-task-id N (a deployment
+with adapters) the lora check runs after greedy: a request with the adapter answers and differs from the base answer,
+and a base request after it is unchanged. Over OpenAI "clear" means an
 HTTP 4xx whose message names the length, and the too-long prompt is one the server's context cannot hold (the
 limit /v1/models advertises, else max_position_embeddings of the model folder /v1/models names, else
 --long-prompt-words words); it is streamed, so a server that accepts it (transformers serve checks no

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.clients.triton import LLMAPI_INPUTS, LLMAPI_OUTPUTS, GenerateRequest, GenerateResult, generate
 from pipeline.clients.contract import ENSEMBLE_INPUTS, Served
 from pipeline.core.errors import InvalidInputError
-from pipeline.clients.openai import Endpoint
+from pipeline.clients.openai import Endpoint, lora_request
 from pipeline.smoke.openai import (openai_call, openai_first_answer, openai_live_ready, openai_long_words,
                                    openai_metadata)
 
@@ -42,6 +42,9 @@ class SmokeSpec(BaseModel):
     timeout_s: float = Field(180.0, gt=0)
     skip: tuple[str, ...] = Field((), description="checks not run (recorded as skipped)")
     report: Path | None = Field(None, description="also write the JSON report here")
+    lora_task_id: int | None = Field(None, ge=1, description="an adapter the deployment serves: the lora check runs")
+    lora_name: str | None = Field(None, description="OpenAI only: lora_request.lora_name (default: the task id)")
+    lora_path: str | None = Field(None, description="OpenAI only: lora_request.lora_path, a path on the server")
 
 
 @dataclass
@@ -65,7 +68,9 @@ class SmokeContext:
         request = GenerateRequest(prompt=options.pop("prompt", spec.prompt),
                                   max_tokens=options.pop("max_tokens", spec.max_tokens), **options)
         if self.openai:
-            return openai_call(served, request, spec.timeout_s)
+            lora = lora_request(spec.lora_name or str(request.lora_task_id), request.lora_task_id, spec.lora_path) \
+                if request.lora_task_id else None
+            return openai_call(served, request, spec.timeout_s, lora)
         model = served.model if model is None else model
         llmapi = served.llmapi_options if model == served.model else None
         return generate(spec.url, model, request, timeout_s=spec.timeout_s, llmapi=llmapi)
@@ -216,6 +221,20 @@ def too_long(ctx: SmokeContext) -> tuple[bool, str]:
         "succeeded" if after.ok else f"failed: {after.error}")
 
 
+def lora(ctx: SmokeContext) -> tuple[bool, str]:
+    """A request with the adapter answers and differs from the base answer; a base request after it is unchanged
+    (the adapter did not leak into the base model or its cache)."""
+    adapted = ctx.call(lora_task_id=ctx.spec.lora_task_id)
+    after = ctx.call()
+    base = ctx.greedy.text if ctx.greedy else None
+    if not adapted.ok:
+        return False, f"task {ctx.spec.lora_task_id}: {_error(adapted)}"
+    differs, unchanged = adapted.text != base, after.ok and after.text == base
+    return differs and unchanged, (f"task {ctx.spec.lora_task_id}: {adapted.text[:60]!r} "
+                                   f"({'differs from' if differs else 'SAME AS'} base); base afterwards "
+                                   f"{'unchanged' if unchanged else 'CHANGED: ' + repr(after.text[:60])}")
+
+
 def plan_checks(spec: SmokeSpec, served: Served, other: str | None) -> list[Check]:
     """The checks for this server, in order. Only the other-contract checks need the greedy answer for
     max_tokens (the short text must be a prefix of it); the ensemble's count comes from num_output_tokens."""
@@ -233,6 +252,12 @@ def plan_checks(spec: SmokeSpec, served: Served, other: str | None) -> list[Chec
         checks.append(Check(f"{other}_equals_{served.model}", other_equals, needs=("greedy",)))
     checks += [Check(f"concurrent_{spec.concurrency}", concurrent, needs=("decoupled",)),
                Check("too_long_prompt", too_long)]
+    if spec.lora_task_id is not None:
+        if served.kind == "triton-llmapi":
+            raise InvalidInputError("--lora-task-id: smoke's lora check sends lora_task_id (ensemble/BLS) or lora_request "
+                                    "(OpenAI); the LLM-API model takes lora_name/lora_path/lora_id, which it does not send.",
+                                    hint="Check adapters through the ensemble, or through trtllm-serve with --lora-path.")
+        checks.insert(3, Check("lora", lora, needs=("greedy",)))
     return checks
 
 

@@ -10,14 +10,17 @@ from pipeline.clients.contract import Served
 OPENAI_TOO_LONG_WAIT_S = 60.0  # a server that accepts the prompt shows it at once; one that refuses, at once too
 
 
-def openai_call(served: Served, request: GenerateRequest, timeout_s: float) -> GenerateResult:
-    """One request through the OpenAI API (temperature 0: greedy), as a GenerateResult."""
+def openai_call(served: Served, request: GenerateRequest, timeout_s: float, lora: dict | None = None) -> GenerateResult:
+    """One request through the OpenAI API (temperature 0: greedy), as a GenerateResult; `lora`: trtllm-serve's
+    lora_request body extension."""
     from pipeline.clients.openai import generate as openai_generate
     from pipeline.clients.openai import Sampling, request_body
 
     sampling = Sampling(temperature=0.0 if request.temperature is None else request.temperature, stop=request.stop_words)
     body = request_body(served.model, request.prompt, endpoint=served.endpoint, max_tokens=request.max_tokens,
                         stream=request.stream, sampling=sampling)
+    if lora:
+        body["lora_request"] = lora
     done = openai_generate(served.url, body, endpoint=served.endpoint, timeout_s=timeout_s)
     return GenerateResult(text=done.text, chunks=done.chunks, responses=len(done.chunks), output_tokens=done.completion_tokens,
                           ttft_s=done.ttft_s, latency_s=done.latency_s, error=done.error, finish_reason=done.finish_reason,

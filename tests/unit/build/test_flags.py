@@ -46,14 +46,19 @@ def _assert_valid(argv: list[str], table: dict[str, dict[str, str]]) -> None:
         row = table[name]
         assert "DEPRECATED" not in row["note"], f"{name} is deprecated"
         if row["takes_value"] == "yes":
-            value = argv[i + 1]
-            assert not value.startswith("--"), f"{name} lacks a value"
+            end = i + 2
+            if "nargs +" in row["note"]:  # --lora_dir A B, --lora_target_modules M N: values up to the next flag
+                while end < len(argv) and not argv[end].startswith("--"):
+                    end += 1
+            values = argv[i + 1:end]
+            assert values and not values[0].startswith("--"), f"{name} lacks a value"
             choices = [c for c in row["choices"].split("|") if c]
-            if choices:
-                assert value in choices or value.lower() in choices, f"{name} {value} not in {choices}"
-            if "type int" in row["note"] or name in {"--tokens_per_block", "--workers"}:
-                assert int(value) >= 1, f"{name} {value} is not a positive int"
-            i += 2
+            for value in values:
+                if choices:
+                    assert value in choices or value.lower() in choices, f"{name} {value} not in {choices}"
+                if "type int" in row["note"] or name in {"--tokens_per_block", "--workers"}:
+                    assert int(value) >= 1, f"{name} {value} is not a positive int"
+            i = end
         else:
             i += 1
     assert not ({"--multiple_profiles", "--opt_num_tokens"} <= seen), "multiple_profiles conflicts with opt_num_tokens"
@@ -147,3 +152,21 @@ def test_cli_dry_run_json_command_is_valid(gpu, quant, kv, goal, flag_table, tmp
     assert plan["profile_name"].startswith(f"trtllm-{plan['gpu']['key']}-{quant}")
     assert plan["memory"]["fits"] is True
     assert not list(tmp_path.rglob("*.engine")), "a dry run builds nothing"
+
+
+@pytest.mark.parametrize("gpu,quant", [("h100", "fp8"), ("a100", "bf16"), ("l40s", "int4_awq")])
+def test_lora_build_command_is_valid(gpu, quant, flag_table, tmp_path):
+    """A --lora build's whole command line (the engine flags plus --lora_plugin, --lora_dir A B,
+    --lora_target_modules ..., --max_lora_rank) against the pinned release's flag table."""
+    from lora_cases import ATTENTION, MLP, make_adapter, tiny_llama
+    from pipeline.build.lora_build import lora_flags, plan_lora
+
+    base = tiny_llama(tmp_path / "base")
+    lora = plan_lora([f"a={make_adapter(base, tmp_path / 'a', rank=8, targets=ATTENTION)}",
+                      f"b={make_adapter(base, tmp_path / 'b', rank=4, targets=MLP, seed=2)}"],
+                     read_checkpoint(base).shape.model_copy(update={"dtype": "bfloat16"}))
+    g, q, k = get_gpu(gpu), QUANT_FORMATS[quant], KV_CACHE_FORMATS["auto"]
+    target = EngineTarget(read_checkpoint(LLAMA).shape, g, q, k, 1, 1, "throughput")
+    argv = trtllm_build_command(Path("ckpt"), Path("out"), trtllm_flags(target, default_limits(target)) + lora_flags(lora))
+    _assert_valid(argv, flag_table)
+    assert argv[argv.index("--lora_plugin") + 1] == "bfloat16" and argv[argv.index("--max_lora_rank") + 1] == "8"

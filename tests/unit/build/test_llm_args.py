@@ -39,10 +39,12 @@ def test_table_names_the_release_commit_and_holds_the_four_classes():
     text = TABLE.read_text(encoding="utf-8")
     assert "48b7b5d8b7ed1e6bff57aecc6ff7d1533288bed8" in text and "v1.1.0" in text
     rows = table_rows()
-    assert {r["commit"] for r in rows} == {"48b7b5d8b7ed"} == {source_commit()}
+    assert {r["commit"] for r in rows if r["class"] != "LoraConfig"} == {"48b7b5d8b7ed"} == {source_commit()}
+    assert {r["commit"] for r in rows if r["class"] == "LoraConfig"} == {"037d4ba10931"}  # lora_helper.py's copy
     assert len({(r["class"], r["field"]) for r in rows}) == len(rows)  # no duplicate field
     keys = table_keys()
-    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig"}
+    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig", "LoraConfig"}
+    assert {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"} <= keys["LoraConfig"]
     assert {"max_batch_size", "max_num_tokens", "max_seq_len", "tensor_parallel_size", "kv_cache_config",
             "backend"} <= keys["BaseLlmArgs"]
     assert {"cuda_graph_config", "disable_overlap_scheduler", "attn_backend"} <= keys["TorchLlmArgs"]

@@ -69,3 +69,37 @@ def test_the_skips_the_readme_names_for_transformers_serve_are_accepted():
 def test_the_skips_the_openai_integration_tests_use_are_accepted():
     refuse_bad_skips(plan(OPENAI), ("greedy", "streaming", "max_tokens", "stop_word", "concurrent_8", "too_long_prompt"))
     refuse_bad_skips(plan(OPENAI), ("metadata", "greedy", "streaming", "max_tokens", "stop_word", "concurrent_8"))
+
+
+def test_lora_check_runs_only_on_a_deployment_with_adapters():
+    """--lora-task-id N adds the lora check after greedy (whose answer it compares with); it needs greedy."""
+    plain = [c.name for c in plan_checks(SmokeSpec(url=ENSEMBLE.url), ENSEMBLE, None)]
+    assert "lora" not in plain
+    checks = plan_checks(SmokeSpec(url=ENSEMBLE.url, lora_task_id=3), ENSEMBLE, None)
+    names = [c.name for c in checks]
+    assert names.index("lora") == names.index("greedy") + 1
+    with pytest.raises(InvalidInputError):
+        refuse_bad_skips(checks, ("greedy",))
+    with pytest.raises(ValueError):
+        SmokeSpec(url=ENSEMBLE.url, lora_task_id=0)  # 0 is "no LoRA"
+    with pytest.raises(InvalidInputError, match="LLM-API model"):
+        plan_checks(SmokeSpec(url=LLMAPI.url, lora_task_id=3), LLMAPI, None)
+
+
+def test_lora_check_over_openai_sends_trtllm_serves_lora_request(monkeypatch):
+    """The OpenAI body gets lora_request (lora_name, lora_int_id, lora_path); `model` stays the base model."""
+    from pipeline.clients.openai import Completion
+    from pipeline.smoke import checks as smoke_checks
+    from pipeline.smoke.checks import SmokeContext
+    import pipeline.clients.openai as openai_client
+
+    bodies = []
+    monkeypatch.setattr(openai_client, "generate", lambda url, body, **kw: bodies.append(body) or Completion(
+        text="adapted" if "lora_request" in body else "base"))
+    spec = SmokeSpec(url=OPENAI.url, lora_task_id=2, lora_name="sql", lora_path="/srv/lora/sql")
+    ctx = SmokeContext(spec=spec, served=OPENAI)
+    ctx.greedy = ctx.call()
+    passed, detail = smoke_checks.lora(ctx)
+    assert passed, detail
+    assert bodies[1]["lora_request"] == {"lora_name": "sql", "lora_int_id": 2, "lora_path": "/srv/lora/sql"}
+    assert bodies[1]["model"] == "m" and "lora_request" not in bodies[2]
