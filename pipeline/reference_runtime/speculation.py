@@ -21,7 +21,6 @@ TensorRT-LLM verifies external draft tokens in the context step), then the engin
   followed their OLDEST occurrence are the draft (NGramDecodingConfig.is_use_oldest=True, the default).
 `draft_logits` and `draft_acceptance_threshold` are accepted (NVIDIA's tensors) and do not change the
 choice: acceptance is by the target's own choice, never by probability ratios. LoRA is refused here.
-
 Requests run one step at a time in turn (round robin over up to max_batch_size requests) on one worker
 thread, each with its own transformers DynamicCache: speculation trades batch for depth, the regime
 where it pays. The counters reported with return_perf_metrics are TensorRT-LLM's
@@ -40,8 +39,8 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.reference_runtime.kv_cache import Admission, blocks_for
-from pipeline.reference_runtime.requests import (Callback, EngineLimits, GenerationEvent, GenerationRequest,
-                                                 RequestError, RuntimeStats, check_request)
+from pipeline.reference_runtime.requests import (Callback, EngineLimits, GenerationEvent, GenerationRequest, RequestError,
+                                                 RuntimeStats, check_request)
 from pipeline.reference_runtime.sampling import RequestSampler, SamplingOptions
 from pipeline.reference_runtime.words import ends_with_any
 
