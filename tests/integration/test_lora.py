@@ -112,10 +112,10 @@ def test_refusals(demo_server, adapters, prompt_ids) -> None:
 @pytest.fixture(scope="module")
 def nvidia_clients() -> Path:
     """inflight_batcher_llm/client of a tensorrtllm_backend checkout (we ran c2e65b88d852), from
-    $TENSORRTLLM_BACKEND_DIR; their code stays outside this project."""
-    root = os.environ.get("TENSORRTLLM_BACKEND_DIR")
+    $TENSORRTLLM_BACKEND_CHECKOUT; their code stays outside this project."""
+    root = os.environ.get("TENSORRTLLM_BACKEND_CHECKOUT")
     if not root:
-        pytest.skip("set TENSORRTLLM_BACKEND_DIR to a tensorrtllm_backend checkout to run NVIDIA's clients")
+        pytest.skip("set TENSORRTLLM_BACKEND_CHECKOUT to a tensorrtllm_backend checkout to run NVIDIA's clients")
     return Path(root) / "inflight_batcher_llm" / "client"
 
 
