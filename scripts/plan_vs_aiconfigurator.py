@@ -42,6 +42,7 @@ _HEADER = """\
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
 # AIConfigurator's own memory check). batch: the planner's KV-capacity batch, asked as --batch-size; tokens/s: the TP group's
 # total. The model folders hold config.json from pipeline/data/published_models/<model>.json (keys starting with `_` dropped).
+# A row that both the 1.0 and the 1.2-dev pages publish (70B 1000/1000 on B200 and H100) is asked twice, with the same answer.
 """
 
 
@@ -74,9 +75,12 @@ def annotate(comparison: list[dict[str, Any]], recorded: dict[tuple[str, ...], d
             "rows_estimated": matched, "rows": len(comparison)}
 
 
-def side_by_side(comparison: list[dict[str, Any]], held_out: dict[tuple[str, ...], float] | None = None) -> list[dict[str, Any]]:
+def side_by_side(
+    comparison: list[dict[str, Any]], held_out: dict[tuple[str, ...], float] | None = None, key: Any = None,
+) -> list[dict[str, Any]]:
     """Per GPU, over the rows AIConfigurator estimates: its median and worst |error| beside ours (in sample, and held
-    out when `held_out` maps a row's key to its error with that row's GPU held out)."""
+    out when `held_out` maps a row's `key(row)` (default: the table's key) to its error with that row's GPU held out)."""
+    key = key or _key
     per_gpu: dict[str, list[dict[str, Any]]] = {}
     for row in comparison:
         if "aiconfigurator_error_pct" in row:
@@ -86,7 +90,7 @@ def side_by_side(comparison: list[dict[str, Any]], held_out: dict[tuple[str, ...
         entry = {"gpu": gpu, "rows": len(rows), **_stats("aiconfigurator", [r["aiconfigurator_error_pct"] for r in rows]),
                  **_stats("ours_in_sample", [r["error_pct"] for r in rows])}
         if held_out is not None:
-            entry.update(_stats("ours_gpu_held_out", [held_out[_key(r)] for r in rows]))
+            entry.update(_stats("ours_gpu_held_out", [held_out[key(r)] for r in rows]))
         out.append(entry)
     return out
 

@@ -192,6 +192,11 @@ def write_side_by_side(report: dict[str, Any], csv_path: Path, png_path: Path) -
     os.replace(tmp_png, png_path)
 
 
+def _row_id(row: dict[str, Any]) -> tuple[str, ...]:
+    """A published row: AIConfigurator's key plus the perf-overview version (1.0 and 1.2-dev publish some rows twice)."""
+    return (*(str(row[k]) for k in AIC_KEY), str(row["trtllm_version"]))
+
+
 def _print_comparison(backend: str, comparison: list[dict[str, Any]], eff: P.Efficiency) -> None:
     table_rows = [
         [r["model"], r["gpu"], r["tp"], r["precision"], r["isl"], r["osl"], f"{r['published_tokens_per_s']:,.0f}",
@@ -232,9 +237,9 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                              f"worst {pooled['max_abs_pct_error']:.1f}% over {pooled['rows']} rows", highlight=False)
     held_out = None
     if args.cv:
-        held_out = {tuple(str(r[k]) for k in AIC_KEY): r["error_pct"]
+        held_out = {_row_id(r): r["error_pct"]
                     for fold in part["folds"] if fold["held_out"] == "gpu" for r in fold["comparison"]}
-    aic["per_gpu"] = side_by_side(comparison, held_out)
+    aic["per_gpu"] = side_by_side(comparison, held_out, key=_row_id)
     for entry in aic["per_gpu"]:
         OUT.stdout.print(f"{backend}: {entry['gpu']:10s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
                          f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; ours "
