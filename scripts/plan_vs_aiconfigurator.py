@@ -1,80 +1,141 @@
-"""AIConfigurator's estimate beside the planner's, for rows of the published table (optional: the project does not
-need it; `pip install '.[aiconfigurator]'`). Used by scripts/plan_vs_published.py --aiconfigurator.
+"""AIConfigurator's estimate beside the planner's, for rows of the published table (the project does not need it).
 
-AIConfigurator 0.12's `aiconfigurator cli estimate` predicts one aggregated configuration at a given batch size
-from its per-GPU silicon tables; trtllm-bench's max-load runs choose the batch themselves. So each row is asked
-at the batch the planner's memory model says the KV cache holds (the row's `batch`), with the row's TP, ISL/OSL and
-precision (FP8 rows: FP8 GEMMs and an FP8 KV cache; FP4: NVFP4; FP16: 16-bit), and its tokens/s are compared with
-the published figure like ours.
+By default the comparison reads the RECORDED predictions, pipeline/data/aiconfigurator_predictions.tsv (AIConfigurator's
+version, its perf-database version, the command and the date on every row): a full rerun takes about 40 minutes.
+`scripts/plan_vs_published.py --rerun-aiconfigurator` asks AIConfigurator again (it must be installed: `pip install
+'.[aiconfigurator]'`, or name its Python with --aiconfigurator-python) and rewrites that table, one row at a time
+(scripts/aiconfigurator_record.py, run under AIConfigurator's own Python, with a timeout per row).
+
+AIConfigurator 0.12's `aiconfigurator cli estimate` predicts one aggregated configuration at a given batch size from
+its per-GPU silicon tables; trtllm-bench's max-load runs choose the batch themselves. So each row is asked at the batch
+the planner's memory model says the KV cache holds (the row's `batch`), with the row's TP, ISL/OSL and precision (FP8
+rows: FP8 GEMMs and an FP8 KV cache; FP4: NVFP4; FP16: 16-bit), and its tokens/s (the TP group's total) is compared with
+the published figure like ours. Its `trtllm` backend models TensorRT-LLM's PyTorch flow of its database version; the
+same estimate stands beside both backends' rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pipeline import planner as P
+from pipeline.data import fact_rows
 
+TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
 # Our GPU keys -> AIConfigurator's system names (the folders of aiconfigurator_core/systems/data in 0.12).
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "l40s": "l40s", "a100-80gb": "a100_sxm"}
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
-_TOKENS = re.compile(r"^\s*tokens/s:\s*([\d,.]+)", re.MULTILINE)
+KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
+PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
+_HEADER = """\
+# NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, recorded by
+# `scripts/plan_vs_published.py --rerun-aiconfigurator` (scripts/aiconfigurator_record.py: aiconfigurator.cli.api.cli_estimate,
+# what `aiconfigurator cli estimate` runs; `command` is that command line). Per row: AIConfigurator's version, the perf
+# database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
+# AIConfigurator's own memory check). batch: the planner's KV-capacity batch, asked as --batch-size; tokens/s: the TP group's
+# total. The model folders hold config.json from pipeline/data/published_models/<model>.json (keys starting with `_` dropped).
+# A row that both the 1.0 and the 1.2-dev pages publish (70B 1000/1000 on B200 and H100) is asked twice, with the same answer.
+"""
 
 
-def _model_folder(name: str, root: Path) -> Path:
-    folder = root / name
-    if not folder.is_dir():
-        folder.mkdir(parents=True)
-        raw = json.loads(resources.files("pipeline.data").joinpath("published_models", f"{name}.json").read_text(encoding="utf-8"))
-        (folder / "config.json").write_text(json.dumps({k: v for k, v in raw.items() if not k.startswith("_")}), encoding="utf-8")
-    return folder
+def _key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in KEY)
 
 
-def estimate(row: dict[str, Any], root: Path, binary: str) -> float | None:
-    """AIConfigurator's tokens/s (total) for one compared row, or None where it has no system or fails."""
-    system = SYSTEMS.get(row["gpu"])
-    if system is None:
-        return None
-    gemm, kv = QUANT[row["precision"]]
-    command = [binary, "cli", "estimate", "--model-path", str(_model_folder(row["model"], root)), "--system", system,
-               "--backend", "trtllm", "--estimate-mode", "agg", "--isl", str(row["isl"]), "--osl", str(row["osl"]),
-               "--batch-size", str(row["batch"]), "--tp-size", str(row["tp"]), "--gemm-quant-mode", gemm,
-               "--kvcache-quant-mode", kv, "--free-gpu-memory-fraction", "0.95"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    except subprocess.TimeoutExpired:
-        return None
-    match = _TOKENS.search(done.stdout + done.stderr)
-    return float(match.group(1).replace(",", "")) if match and done.returncode == 0 else None
+def recorded_predictions(text: str | None = None) -> dict[tuple[str, ...], dict[str, str]]:
+    """The recorded table (pipeline/data/aiconfigurator_predictions.tsv, or `text`), keyed by the published row."""
+    text = text if text is not None else resources.files("pipeline.data").joinpath(TABLE).read_text(encoding="utf-8")
+    return {_key(r): r for r in fact_rows(text)}
 
 
-def annotate(comparison: list[dict[str, Any]]) -> str:
-    """Add `aiconfigurator` (its error, e.g. "+12.3%") and `aiconfigurator_tokens_per_s` to each row it can estimate;
-    return one line: per GPU, its median and worst |error| beside ours, or why there is none."""
+def annotate(comparison: list[dict[str, Any]], recorded: dict[tuple[str, ...], dict[str, str]] | None = None) -> dict[str, Any]:
+    """Add `aiconfigurator_tokens_per_s` and `aiconfigurator` (its error, e.g. "+12.3%") to each row the recorded table
+    estimates; return where the figures come from and how many rows have one."""
+    recorded = recorded if recorded is not None else recorded_predictions()
+    matched = 0
+    versions: set[tuple[str, str]] = set()
+    for row in comparison:
+        entry = recorded.get(_key(row))
+        if entry is None or not entry["status"].startswith("ok"):
+            continue
+        tokens = float(entry["aiconfigurator_tokens_per_s"])
+        error = round(100 * (tokens - row["published_tokens_per_s"]) / row["published_tokens_per_s"], 2)
+        row["aiconfigurator_tokens_per_s"], row["aiconfigurator_error_pct"], row["aiconfigurator"] = tokens, error, f"{error:+.1f}%"
+        versions.add((entry["aiconfigurator_version"], entry["database_version"]))
+        matched += 1
+    return {"source": f"pipeline/data/{TABLE}", "versions": sorted(f"{v} (database {d})" for v, d in versions),
+            "rows_estimated": matched, "rows": len(comparison)}
+
+
+def side_by_side(
+    comparison: list[dict[str, Any]], held_out: dict[tuple[str, ...], float] | None = None, key: Any = None,
+) -> list[dict[str, Any]]:
+    """Per GPU, over the rows AIConfigurator estimates: its median and worst |error| beside ours (in sample, and held
+    out when `held_out` maps a row's `key(row)` (default: the table's key) to its error with that row's GPU held out)."""
+    key = key or _key
+    per_gpu: dict[str, list[dict[str, Any]]] = {}
+    for row in comparison:
+        if "aiconfigurator_error_pct" in row:
+            per_gpu.setdefault(row["gpu"], []).append(row)
+    out = []
+    for gpu, rows in sorted(per_gpu.items()):
+        entry = {"gpu": gpu, "rows": len(rows), **_stats("aiconfigurator", [r["aiconfigurator_error_pct"] for r in rows]),
+                 **_stats("ours_in_sample", [r["error_pct"] for r in rows])}
+        if held_out is not None:
+            entry.update(_stats("ours_gpu_held_out", [held_out[key(r)] for r in rows]))
+        out.append(entry)
+    return out
+
+
+def _stats(name: str, errors: list[float]) -> dict[str, float]:
+    return {f"{name}_median_abs_pct_error": round(P.median_abs_pct_error([{"error_pct": e} for e in errors]), 2),
+            f"{name}_max_abs_pct_error": max(abs(e) for e in errors)}
+
+
+def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, Any]]:
+    """What scripts/aiconfigurator_record.py asks, one job per compared row: 70B FP8 on H100/H200 and L40S first."""
+    def priority(row: dict[str, Any]) -> int:
+        if "70b" in row["model"] and row["precision"] == "FP8" and row["gpu"] in ("h100-sxm", "h200"):
+            return 0
+        return 1 if row["gpu"] == "l40s" else 2
+
+    out = []
+    for row in sorted((r for r in comparison if r["gpu"] in SYSTEMS), key=priority):
+        raw = json.loads(resources.files("pipeline.data").joinpath("published_models", f"{row['model']}.json").read_text(encoding="utf-8"))
+        config = {k: v for k, v in raw.items() if not k.startswith("_")}
+        folder = models_root / row["model"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        gemm, kv = QUANT[row["precision"]]
+        out.append({**{k: row[k] for k in (*KEY, "batch")}, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
+                    "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
+    return out
+
+
+def rerun(comparison: list[dict[str, Any]], python: str | None, table: Path, timeout_s: int = 300) -> None:
+    """Ask AIConfigurator again for every compared row and write `table` (the header, then one row per job)."""
+    python = python or _aiconfigurator_python()
+    scripts = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory(prefix="aic-") as tmp:
+        job_file, raw = Path(tmp) / "jobs.json", Path(tmp) / "predictions.tsv"
+        job_file.write_text(json.dumps(jobs(comparison, Path("build/reports/aiconfigurator_models"))), encoding="utf-8")
+        subprocess.run([python, str(scripts / "aiconfigurator_record.py"), str(job_file), str(raw), "--timeout", str(timeout_s)],
+                       check=True)
+        table.write_text(_HEADER + raw.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def _aiconfigurator_python() -> str:
     binary = shutil.which("aiconfigurator")
     if binary is None:
-        return "not installed (pip install '.[aiconfigurator]')"
-    per_gpu: dict[str, list[tuple[float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="aic-models-") as tmp:
-        for row in comparison:
-            tokens = estimate(row, Path(tmp), binary)
-            if tokens is None:
-                continue
-            error = round(100 * (tokens - row["published_tokens_per_s"]) / row["published_tokens_per_s"], 2)
-            row["aiconfigurator_tokens_per_s"], row["aiconfigurator"] = tokens, f"{error:+.1f}%"
-            per_gpu.setdefault(row["gpu"], []).append((abs(error), abs(row["error_pct"])))
-    if not per_gpu:
-        return "installed, but it estimated none of these rows"
-    parts = []
-    for gpu, pairs in sorted(per_gpu.items()):
-        theirs = [{"error_pct": a} for a, _ in pairs]
-        ours = [{"error_pct": b} for _, b in pairs]
-        parts.append(f"{gpu} ({len(pairs)} rows): AIConfigurator median {P.median_abs_pct_error(theirs):.1f}% worst "
-                     f"{max(a for a, _ in pairs):.1f}%, ours median {P.median_abs_pct_error(ours):.1f}% worst {max(b for _, b in pairs):.1f}%")
-    return "; ".join(parts)
+        sys.exit("AIConfigurator is not installed: pip install '.[aiconfigurator]', or pass --aiconfigurator-python PATH "
+                 "(the recorded predictions in pipeline/data/aiconfigurator_predictions.tsv need neither).")
+    first = Path(binary).read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    return first[2:].strip() if first.startswith("#!") else sys.executable

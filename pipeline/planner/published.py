@@ -74,7 +74,7 @@ def compare_published(
         estimate = trtllm_bench_throughput(published_scenario(spec, row), efficiency=efficiency or efficiency_for(backend))
         published = float(row["tokens_per_s"])
         out.append({
-            "backend": backend, "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
+            "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": round(100 * (estimate.output_tokens_per_s - published) / published, 2),

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Record AIConfigurator's estimate for rows of the published table, one TSV line per row as each finishes.
+
+Run with AIConfigurator's own Python (it needs nothing from the pipeline), on a job list that
+`scripts/plan_vs_aiconfigurator.py --record` writes:
+
+    /path/to/aic-venv/bin/python scripts/aiconfigurator_record.py JOBS.json OUT.tsv [--timeout 300]
+
+Each job is asked in-process through `aiconfigurator.cli.api.cli_estimate` (what `aiconfigurator cli estimate`
+calls), so the perf database is loaded once per system instead of once per row; the equivalent command line is
+written beside each prediction. A row that fails or runs past --timeout is written with its status and no figure.
+A row already in OUT.tsv is skipped, so an interrupted run resumes. Where AIConfigurator's own memory check refuses the
+planner's batch (OOM), the batch is halved until it fits, and the status says so (`batch` is then the one asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import signal
+import sys
+from importlib import metadata
+from pathlib import Path
+
+COLUMNS = ("backend", "model", "gpu", "tp", "precision", "isl", "osl", "batch", "aiconfigurator_tokens_per_s", "status",
+           "aiconfigurator_version", "system", "database_version", "date", "command")
+KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # noqa: ARG001
+    raise _Timeout
+
+
+def command_line(job: dict) -> str:
+    return (f"aiconfigurator cli estimate --model-path {job['model_dir']} --system {job['system']} --backend trtllm "
+            f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']} --tp-size {job['tp']} "
+            f"--gemm-quant-mode {job['gemm']} --kvcache-quant-mode {job['kv']} --free-gpu-memory-fraction 0.95")
+
+
+def estimate(job: dict, timeout: int) -> tuple[str, str, str]:
+    """(tokens/s total, status, database version) for one job."""
+    from aiconfigurator.cli.api import cli_estimate
+
+    signal.alarm(timeout)
+    try:
+        result = cli_estimate(model_path=job["model_dir"], system_name=job["system"], mode="agg", backend_name="trtllm",
+                              isl=job["isl"], osl=job["osl"], batch_size=job["batch"], tp_size=job["tp"],
+                              gemm_quant_mode=job["gemm"], kvcache_quant_mode=job["kv"], free_gpu_memory_fraction=0.95)
+        return f"{result.tokens_per_second:.2f}", "ok", str(result.backend_version)
+    except _Timeout:
+        return "", f"timeout>{timeout}s", ""
+    except Exception as exc:  # noqa: BLE001 - recorded, not hidden: the row says why it has no figure
+        return "", f"error: {type(exc).__name__}: {str(exc)[:120]}".replace("\t", " ").replace("\n", " "), ""
+    finally:
+        signal.alarm(0)
+
+
+def fitting_estimate(job: dict, timeout: int) -> tuple[str, str, str, int]:
+    """estimate() at the job's batch, halved while AIConfigurator reports OOM; the batch it answered at is the fourth."""
+    batch = job["batch"]
+    tokens, status, db = estimate(job, timeout)
+    while status.startswith("error: RuntimeError: OOM") and batch > 1:
+        batch //= 2
+        tokens, status, db = estimate({**job, "batch": batch}, timeout)
+    if batch != job["batch"] and status == "ok":
+        status = f"ok (batch {job['batch']} is OOM for AIConfigurator; halved to {batch})"
+    return tokens, status, db, batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("jobs", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per row")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGALRM, _alarm)
+    jobs = json.loads(args.jobs.read_text(encoding="utf-8"))
+    done: set[tuple[str, ...]] = set()
+    if args.out.exists():
+        with open(args.out, encoding="utf-8") as handle:
+            done = {tuple(r[k] for k in KEY) for r in csv.DictReader((l for l in handle if not l.startswith("#")), delimiter="\t")}
+    new = not args.out.exists()
+    version = metadata.version("aiconfigurator")
+    cache: dict[tuple, tuple[str, str, str]] = {}
+    with open(args.out, "a", encoding="utf-8", newline="") as handle:
+        out = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        if new:
+            out.writerow(COLUMNS)
+        for job in jobs:
+            if tuple(str(job[k]) for k in KEY) in done:
+                continue
+            same = (job["config_hash"], job["system"], job["tp"], job["gemm"], job["kv"], job["isl"], job["osl"], job["batch"])
+            if same not in cache:
+                cache[same] = fitting_estimate(job, args.timeout)
+            tokens, status, db, asked = cache[same]
+            job = {**job, "batch": asked}
+            out.writerow([*(job[k] for k in KEY), asked, tokens, status, version, job["system"], db,
+                          dt.date.today().isoformat(), command_line(job)])
+            handle.flush()
+            print(f"{job['backend']} {job['model']} {job['gpu']} tp{job['tp']} {job['precision']} {job['isl']}/{job['osl']}"
+                  f" bs{job['batch']}: {tokens or status}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
