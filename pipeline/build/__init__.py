@@ -23,6 +23,7 @@ from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_bui
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.runner import run_logged
+from pipeline.build.speculative import SpeculativeSpec
 from pipeline.core.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, get_gpu
@@ -62,6 +63,7 @@ class BuildSpec(BaseModel):
     gemm_plugin: str | None = None
     force: bool = False
     backend: Backend = DEFAULT_BACKEND
+    speculative: SpeculativeSpec | None = None
 
 
 class BuildPlan(PlannedProfile):
@@ -72,6 +74,9 @@ class BuildPlan(PlannedProfile):
     command: list[str]
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
+    speculative: dict[str, Any] | None = None  # the manifest's "speculative" record (pipeline.build.speculative)
+    draft: Path | None = None  # the draft's input (HF folder for the CPU, TensorRT-LLM checkpoint for trtllm-build)
+    draft_command: list[str] = []  # the draft engine's trtllm-build, into <engine>/draft
 
     @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
@@ -161,6 +166,10 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
 
         return plan_pytorch(spec)
     gpu = get_gpu(spec.gpu)
+    if spec.speculative is not None:  # refused before any file is read
+        from pipeline.build.speculative import decide
+
+        decide(spec.speculative, backend=spec.backend, pp=spec.pp or 1, cpu=gpu.is_cpu)
     ckpt = _resolve_checkpoint(spec, gpu)
     notes: list[str] = []
     if gpu.is_cpu:
@@ -185,11 +194,21 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         flags = trtllm_flags(target, limits, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin)
     memory, fit_notes = check_fits(ckpt.model, target, limits)
     notes.extend(fit_notes)
+    speculated = None
+    if spec.speculative is not None:
+        from pipeline.build.draft import EnginePlanInputs, plan_speculation
+
+        speculated = plan_speculation(spec.speculative, EnginePlanInputs(
+            name=ckpt.model, checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, target=target,
+            limits=limits, flags=flags, memory=memory, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin))
+        flags, memory = speculated.flags, speculated.memory
+        notes.extend(speculated.notes)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant.name, kv_cache=kv.name, tp=ckpt.tp, pp=ckpt.pp,
         goal=spec.goal, max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len,
         max_batch_size=limits.max_batch_size, max_num_tokens=limits.max_num_tokens,
+        speculative=speculated.label if speculated else None,
     )
     engine_dir = stage_dir(ckpt.model, "engines", profile.id)
     block = spec.tokens_per_block or 32
@@ -206,6 +225,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
         "tokenizer": bool(tokenizer),
+        **({"speculative": speculated.identity()} if speculated else {}),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
@@ -213,7 +233,9 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
-        tokenizer=tokenizer,
+        tokenizer=tokenizer, speculative=speculated.record if speculated else None,
+        draft=speculated.draft_checkpoint if speculated else None,
+        draft_command=speculated.command(engine_dir) if speculated and not gpu.is_cpu else [],
     )
 
 
@@ -251,6 +273,8 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "limits": plan.limits.model_dump(),
         "flags": [f.model_dump() for f in plan.flags],
         "command": plan.command,
+        **({"speculative": plan.speculative, "draft": {"source": str(plan.draft) if plan.draft else None,
+                                                       "command": plan.draft_command}} if plan.speculative else {}),
         "memory_estimate": plan.memory.model_dump(),
         "timings": timings,
         "peak_rss_mib": peak_rss_mib,
@@ -268,8 +292,11 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
                           "remove_input_padding": True, "context_fmha": True, "use_paged_context_fmha": True},
     }
     with atomic_dir(plan.engine_dir) as tmp:
-        write_reference_engine_dir(plan.checkpoint, tmp, build_config,
-                                   simulated_quant=(plan.profile.quant, plan.profile.kv_cache))
+        simulated = (plan.profile.quant, plan.profile.kv_cache)
+        if plan.draft is not None:  # the draft's own complete reference folder at <build>/draft
+            write_reference_engine_dir(plan.draft, tmp / "draft", build_config, simulated_quant=simulated)
+        spec_config = {"speculative": plan.speculative} if plan.speculative else {}
+        write_reference_engine_dir(plan.checkpoint, tmp, {**build_config, **spec_config}, simulated_quant=simulated)
         timings = {"build_s": round(time.time() - started, 3)}
         manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, None))
         write_json_atomic(tmp / "manifest.json", manifest)
@@ -316,6 +343,10 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                                    hint="Check the log; the TensorRT-LLM version in this environment may differ from "
                                    f"the pinned {TRTLLM_VERSION}.")
         shutil.move(str(log_path), tmp / BUILD_LOG)
+        if plan.draft_command:
+            from pipeline.build.draft import build_draft_engine
+
+            build_draft_engine(plan, tmp, executable)
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
         timings = {"trtllm_build_s": result.duration_s, "total_s": round(time.time() - started, 3)}

@@ -38,6 +38,7 @@ class BuildProfile(BaseModel):
     max_num_tokens: int = Field(8192, ge=1)
     trtllm_version: str = TRTLLM_VERSION
     backend: Backend = Field(DEFAULT_BACKEND, description="tensorrt (an engine) or pytorch (LLM-API options + HF checkpoint)")
+    speculative: str | None = Field(None, description="speculative decoding, e.g. draft-target-k4-<draft> (None: off)")
 
     @property
     def world_size(self) -> int:
@@ -49,6 +50,8 @@ class BuildProfile(BaseModel):
         fields = self.model_dump(mode="json")
         if self.backend == DEFAULT_BACKEND:
             del fields["backend"]
+        if self.speculative is None:  # left out too: profiles without speculation keep their ids
+            del fields["speculative"]
         return fields
 
     @property
@@ -64,7 +67,8 @@ class BuildProfile(BaseModel):
         kv = "" if self.kv_cache == "auto" else f"-kv{self.kv_cache}"
         pp = "" if self.pp == 1 else f"-pp{self.pp}"
         suffix = "-torch" if torch and self.runtime == "reference" else ""
-        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{suffix}"
+        spec = f"-spec-{self.speculative.split('-k')[0]}" if self.speculative else ""
+        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{spec}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------

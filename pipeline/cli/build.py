@@ -29,6 +29,14 @@ MaxBatchOpt = Annotated[Optional[int], typer.Option(
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-num-tokens", min=1, help="Batched tokens per step (default per goal).")]
 BlockOpt = Annotated[Optional[int], typer.Option("--tokens-per-block", min=1, help="Paged KV block size (default 32 latency, 64 throughput).")]
 GemmOpt = Annotated[Optional[str], typer.Option("--gemm-plugin", help="Override the GEMM plugin choice (auto, float16, bfloat16, fp8, nvfp4, disable).")]
+SpeculativeOpt = Annotated[Optional[str], typer.Option(
+    "--speculative", help="Speculative decoding: draft-target (--draft), lookahead (engine), ngram or eagle3 (--backend pytorch).")]
+DraftOpt = Annotated[Optional[str], typer.Option(
+    "--draft", help="The draft model (draft-target: a smaller model with the target's tokenizer; eagle3: an EAGLE-3 head): "
+    "a folder or a model downloaded under build/.")]
+MaxDraftOpt = Annotated[Optional[int], typer.Option("--max-draft-len", help="Draft tokens verified per step (default 4; eagle3 3).")]
+NgramOpt = Annotated[Optional[int], typer.Option("--max-matching-ngram-size", help="ngram: longest n-gram matched (default 2).")]
+LookaheadOpt = Annotated[Optional[str], typer.Option("--lookahead", help="lookahead: W,N,G (default 4,4,4).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 
@@ -52,6 +60,11 @@ def build(
     max_num_tokens: MaxTokensOpt = None,
     tokens_per_block: BlockOpt = None,
     gemm_plugin: GemmOpt = None,
+    speculative: SpeculativeOpt = None,
+    draft: DraftOpt = None,
+    max_draft_len: MaxDraftOpt = None,
+    max_matching_ngram_size: NgramOpt = None,
+    lookahead: LookaheadOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -59,13 +72,14 @@ def build(
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
     from pipeline.build import BuildSpec, build_engine, plan_build
+    from pipeline.build.speculative import speculative_spec
 
     set_json(json_output)
     spec = BuildSpec(
         gpu=resolve_gpu(gpu), checkpoint=checkpoint, model=model, goal=goal, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp,
         max_input_len=max_input_len, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, tokens_per_block=tokens_per_block, gemm_plugin=gemm_plugin, force=force,
-        backend=backend,
+        backend=backend, speculative=speculative_spec(speculative, draft, max_draft_len, max_matching_ngram_size, lookahead),
     )
     pytorch = backend == "pytorch"
     if dry_run:
@@ -119,11 +133,15 @@ def plan_text(plan) -> str:
         f"max_batch_size {lim.max_batch_size}, max_num_tokens {lim.max_num_tokens}",
         _memory_line(m),
     ]
+    if plan.speculative:
+        lines.append(f"speculative {plan.speculative}" + (f"  draft {plan.draft}" if plan.draft else ""))
     if plan.command:
         parts = plan.command_line.split(" --")
         lines.append("command     " + " \\\n              --".join(parts))
         lines.append("why")
         lines.extend(f"  {f.name} {f.value or ''}: {f.why}" for f in plan.flags if f.why)
+    if plan.draft_command:
+        lines.append("draft       " + " ".join(plan.draft_command))
     for note in plan.notes:
         lines.append(f"note        {note}")
     return "\n".join(lines)

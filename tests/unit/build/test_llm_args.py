@@ -42,7 +42,8 @@ def test_table_names_the_release_commit_and_holds_the_four_classes():
     assert {r["commit"] for r in rows} == {"48b7b5d8b7ed"} == {source_commit()}
     assert len({(r["class"], r["field"]) for r in rows}) == len(rows)  # no duplicate field
     keys = table_keys()
-    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig"}
+    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig",
+                         "DecodingBaseConfig", "EagleDecodingConfig", "NGramDecodingConfig"}  # speculative_config's classes
     assert {"max_batch_size", "max_num_tokens", "max_seq_len", "tensor_parallel_size", "kv_cache_config",
             "backend"} <= keys["BaseLlmArgs"]
     assert {"cuda_graph_config", "disable_overlap_scheduler", "attn_backend"} <= keys["TorchLlmArgs"]
