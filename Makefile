@@ -14,6 +14,8 @@ QUANT  ?= fp8
 KV     ?=
 GOAL   ?= throughput
 BACKEND ?= tensorrt
+SPECULATIVE ?=
+DRAFT ?=
 TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
@@ -65,8 +67,9 @@ demo: $(STAMP)
 
 # download -> convert -> (EVAL=1: accuracy gate) -> build -> render. Inside the pinned image this
 # builds a real engine; elsewhere the build stops with exit 3 (DRY_RUN=1 prints the plan instead).
+# SPECULATIVE=draft-target|ngram|lookahead|eagle3 (DRAFT=SOURCE: the draft, downloaded and converted too).
 engine: $(STAMP)
-	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
+	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(SPECULATIVE),--speculative $(SPECULATIVE)) $(if $(DRAFT),--draft $(DRAFT)) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -230,3 +230,11 @@ def test_tensorrt_llm_builds_our_speculative_configs():  # pragma: no cover - GP
                                (Speculation(method="ngram", max_draft_len=4, max_matching_ngram_size=2), None),
                                (Speculation(method="eagle3", max_draft_len=3), Path("/d"))]:
         DecodingBaseConfig.from_dict(dict(torch_config(speculation, draft)))
+
+
+def test_engine_job_dry_run_carries_the_speculation(build_root, capsys):
+    code, out, err = _run(["engine", str(LLAMA), "--gpu", "h100", "--quant", "fp16", "--dry-run", "--json",
+                           "--speculative", "lookahead"], capsys)
+    assert code == 0, err
+    build_step = [s for s in json.loads(out)["steps"] if s["name"] == "build (dry run)"][0]
+    assert "--speculative_decoding_mode lookahead_decoding --max_draft_len 23" in build_step["detail"]
