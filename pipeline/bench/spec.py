@@ -102,6 +102,9 @@ class BenchSpec(BaseModel):
     pd_osl: tuple[int, ...] = (8, 16, 32, 64, 128)
     gpu: str | None = None
     quant: str | None = None
+    speculative: bool = False  # compare with `baseline`, the same model served without speculation (bench/speculative.py)
+    baseline: str | None = None
+    baseline_model: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "BenchSpec":
