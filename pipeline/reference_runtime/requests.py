@@ -29,6 +29,7 @@ class EngineLimits:
     scheduler_policy: SchedulerPolicy = "guaranteed_no_evict"
     batching: Batching = "inflight"
     cancellation_check_period_ms: int = 100
+    max_draft_len: int = 0  # draft tokens a request may carry (build_config["speculative"]; 0: built without it)
 
     @classmethod
     def from_build_config(cls, build_config: dict, **overrides) -> "EngineLimits":
@@ -39,6 +40,7 @@ class EngineLimits:
             "max_seq_len": int(build_config.get("max_seq_len", 2048)),
             "max_num_tokens": int(build_config.get("max_num_tokens") or 8192),
             "tokens_per_block": int(plugin.get("tokens_per_block", 32)),
+            "max_draft_len": int((build_config.get("speculative") or {}).get("max_draft_len") or 0),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -53,6 +55,7 @@ class GenerationRequest:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     streaming: bool = False
     return_log_probs: bool = False
+    draft_tokens: list[int] = field(default_factory=list)  # draft_input_ids: verified at its first step
 
 
 @dataclass
@@ -66,6 +69,14 @@ class GenerationEvent:
     finish_reason: str | None = None  # length | end_id | stop_word | cancelled | error
     error: str | None = None
     timings_ns: dict[str, int] = field(default_factory=dict)
+    total_draft_tokens: int = 0  # speculative decoding: draft tokens proposed to the target so far
+    total_accepted_draft_tokens: int = 0  # of those, the ones the target's own choice confirmed
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted, 0 when nothing was drafted (as TensorRT-LLM's LlmRequest::createResult:
+        NVIDIA/TensorRT-LLM@119c6e60 cpp/tensorrt_llm/batch_manager/llmRequest.cpp)."""
+        return self.total_accepted_draft_tokens / self.total_draft_tokens if self.total_draft_tokens else 0.0
 
 
 Callback = Callable[[GenerationEvent], None]
@@ -115,6 +126,13 @@ def check_request(request: GenerationRequest, limits: EngineLimits, plan: KvCach
             "Shorten the prompt or build the engine with a larger max_input_len."
         )
     check_sampling(request.sampling, names={"top_k": "top_k (runtime_top_k)", "top_p": "top_p (runtime_top_p)"})
+    if len(request.draft_tokens) > limits.max_draft_len:
+        # TensorRT-LLM's own words (LlmRequest::validate, NVIDIA/TensorRT-LLM@119c6e60
+        # cpp/tensorrt_llm/batch_manager/llmRequest.cpp): an engine built without speculation has max_draft_len 0
+        raise RequestError(
+            f"Draft tokens length ({len(request.draft_tokens)}) exceeds maximum draft tokens length "
+            f"({limits.max_draft_len}). Send at most {limits.max_draft_len} draft_input_ids"
+            + ("" if limits.max_draft_len else ", or build the engine with --speculative draft-target") + ".")
     if request.max_new_tokens < 1:
         raise RequestError(f"request_output_len must be at least 1, got {request.max_new_tokens}.")
     if prompt + request.max_new_tokens > limits.max_seq_len:

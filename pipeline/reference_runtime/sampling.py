@@ -83,6 +83,11 @@ class RequestSampler(ContinuousBatchingLogitsProcessor):
     def state(self, slot: int) -> SlotState | None:
         return self._slots.get(slot)
 
+    def choose(self, slot: int, logits: torch.Tensor) -> int:
+        """The next token of the request in `slot` from its logits row (recorded as __call__ records it): the
+        speculative engine calls it once per position it verifies."""
+        return self._choose(logits.float(), self._slots.get(slot))
+
     # -- ContinuousBatchingLogitsProcessor ------------------------------------------------------
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.fill_(-1)

@@ -12,13 +12,15 @@ requests it targets while they run. The runtime's counters are Prometheus metric
 backend's names (nv_trt_llm_request_metrics, nv_trt_llm_kv_cache_block_metrics).
 
 Supported inputs: input_ids, input_lengths, request_output_len, end_id, pad_id, stop_words_list,
-bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, streaming,
+bad_words_list, temperature, runtime_top_k, runtime_top_p, seed, min_tokens, streaming, draft_input_ids
+(with draft_logits and draft_acceptance_threshold: verified against the target's own choice, as many as the
+engine's max_draft_len; an engine built without speculation refuses them with TensorRT-LLM's error),
 exclude_input_in_output, return_log_probs, return_perf_metrics, stop (with the request id of
 running requests: cancels every one that carries it; an id with nothing running is answered with an
 error saying so, where the C++ backend answers an empty success), return_num_input_tokens,
 return_num_output_tokens, and beam_width / num_return_sequences equal to 1. len_penalty,
 early_stopping and beam_search_diversity_rate only act on beam search and are accepted and ignored.
-Every other input of the contract (LoRA, prompt tables, draft/speculative, encoder-decoder,
+Every other input of the contract (LoRA, prompt tables, encoder-decoder,
 multimodal, guided decoding, penalties, logits outputs, KV retention, lookahead, disaggregated
 context phase) is declared but unsupported: a request that sets one gets an error naming it.
 decoder_input_ids / decoder_input_lengths are ignored, as TensorRT-LLM ignores them for decoder-only
@@ -28,7 +30,10 @@ Output shapes are the C++ backend's (tensorrtllm_backend @c2e65b88, model_instan
 1079-1305): output_ids [1, beams, len], sequence_length and cum_log_probs [1, beams],
 output_log_probs [1, beams, len], and with return_perf_metrics all ten perf tensors [1, 1]. The KV
 block counts are derived from the request's tokens and tokens_per_block (this runtime does not share
-blocks between requests, so kv_cache_reused_blocks is 0); speculative-decoding figures are 0.
+blocks between requests, so kv_cache_reused_blocks is 0); the speculative-decoding figures count the
+request's draft tokens (0 on an engine built without speculation).
+An engine folder built with speculation (config.json build_config["speculative"]) is served by
+pipeline.reference_runtime.speculation.SpeculativeEngine: draft-target or n-gram steps, greedy acceptance.
 Outputs never produced here: context_logits, generation_logits (refused by name when requested),
 context_phase_params (disaggregated serving).
 """
@@ -50,13 +55,12 @@ from pipeline.reference_runtime.kv_cache import KvCacheError, blocks_for
 from pipeline.reference_runtime.requests import EngineLimits, GenerationRequest, RequestError
 from pipeline.reference_runtime.settings import SettingsError, check_rendered_by, read_settings
 from pipeline.reference_runtime.sampling import SamplingOptions
+from pipeline.reference_runtime.speculation import SpeculationError, SpeculativeConfig, SpeculativeEngine
 from pipeline.reference_runtime.words import from_word_list
 
 # name -> value that means "not used" (None: any value is refused once the tensor is present)
 UNSUPPORTED = {
-    "encoder_input_features": None, "encoder_output_lengths": None, "draft_input_ids": None,
-    "draft_logits": None,
-    "draft_acceptance_threshold": None, "embedding_bias": None, "runtime_top_p_min": None,
+    "encoder_input_features": None, "encoder_output_lengths": None, "embedding_bias": None, "runtime_top_p_min": None,
     "runtime_top_p_decay": None, "runtime_top_p_reset_ids": None, "repetition_penalty": 1.0,
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "return_context_logits": False,
     "return_generation_logits": False, "prompt_embedding_table": None,
@@ -97,6 +101,24 @@ def _scalar(request, name, cast, default=None, row=0):
     if array is None or array.size == 0:
         return default
     return cast(np.asarray(_row(array, row)).reshape(-1)[0])
+
+
+def _draft_tokens(request, row):
+    """draft_input_ids (INT32 [-1] per entry; empty = unset), checked against draft_logits ([k, vocab] per entry)
+    and draft_acceptance_threshold when those come too. Acceptance is by the target's own choice (speculation.py),
+    so the logits and the threshold do not change the output."""
+    ids = _array(request, "draft_input_ids")
+    tokens = [] if ids is None or ids.size == 0 else [int(t) for t in np.asarray(_row(ids, row) if ids.ndim > 1 else ids).reshape(-1)]
+    logits = _array(request, "draft_logits")
+    if logits is not None and logits.size:
+        rows = (_row(logits, row) if logits.ndim > 2 else logits).reshape(-1, logits.shape[-1]).shape[0]
+        if rows != len(tokens):
+            raise RequestError(f"draft_logits has {rows} rows for {len(tokens)} draft_input_ids: send one row of "
+                               "logits per draft token, or no draft_logits")
+    threshold = _scalar(request, "draft_acceptance_threshold", float, None, row)
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise RequestError(f"draft_acceptance_threshold must be between 0 and 1, got {threshold:g}")
+    return tokens
 
 
 class TritonPythonModel:
@@ -150,10 +172,14 @@ class TritonPythonModel:
         for line in settings.ignored:
             logger.warning("ignores %s", line)
         simulated = engine_config.get("pretrained_config", {}).get("quantization", {}).get("simulated") or {}
+        quant = (simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto"))
         try:
-            self.engine = ReferenceEngine(engine_dir / "model", limits,
-                                          simulated_quant=(simulated.get("quant", "fp16"), simulated.get("kv_cache", "auto")))
-        except (KvCacheError, TransformersInternalsError) as error:
+            speculative = SpeculativeConfig.from_engine_config(engine_config, engine_dir)
+            if speculative is not None:  # built with speculation: draft-target or n-gram steps (speculation.py)
+                self.engine = SpeculativeEngine(engine_dir / "model", limits, speculative, simulated_quant=quant)
+            else:
+                self.engine = ReferenceEngine(engine_dir / "model", limits, simulated_quant=quant)
+        except (KvCacheError, TransformersInternalsError, SpeculationError) as error:
             raise pb_utils.TritonModelException(f"tensorrt_llm (reference runtime): {error}") from None
         # client request id -> {engine request ids still running}, for `stop` requests. Clients may reuse an id:
         # every request is served, and a stop cancels every running request that carries the id.
@@ -309,6 +335,7 @@ class TritonPythonModel:
             sampling=sampling,
             streaming=_scalar(request, "streaming", bool, False, row),
             return_log_probs=_scalar(request, "return_log_probs", bool, False, row),
+            draft_tokens=_draft_tokens(request, row),
         )
         self.engine.validate(job)
         exclude = _scalar(request, "exclude_input_in_output", bool, self.exclude_input_default, row)
@@ -338,10 +365,11 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int64)))
             blocks = blocks_for(len(prompt) + len(event.tokens), self.tokens_per_block)
             for name, value in (("kv_cache_alloc_new_blocks", blocks), ("kv_cache_reused_blocks", 0),
-                                ("kv_cache_alloc_total_blocks", blocks), ("total_accepted_draft_tokens", 0),
-                                ("total_draft_tokens", 0)):
+                                ("kv_cache_alloc_total_blocks", blocks),
+                                ("total_accepted_draft_tokens", event.total_accepted_draft_tokens),
+                                ("total_draft_tokens", event.total_draft_tokens)):
                 tensors.append(pb_utils.Tensor(name, np.array([[value]], dtype=np.int32)))
-            tensors.append(pb_utils.Tensor("acceptance_rate", np.array([[0.0]], dtype=np.float32)))
+            tensors.append(pb_utils.Tensor("acceptance_rate", np.array([[event.acceptance_rate]], dtype=np.float32)))
         if batch_index is not None:  # only for a request batch > 1, as the C++ backend does
             tensors.append(pb_utils.Tensor("batch_index", np.array([[batch_index]], dtype=np.int32)))
         if flags["return_num_input_tokens"]:
