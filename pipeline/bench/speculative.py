@@ -195,11 +195,17 @@ def run_speculative_bench(spec: BenchSpec, *, speculative: Side = Side(), baseli
     found = (ServedSpeculation(None, False, "given by the caller") if speculative.transport is not None
              else served_speculation(spec.url, info.contract))
     require_speculation(found, spec.url)
-    base = run_bench(without, transport=baseline.transport, info=baseline.info, tokenizer=tokenizer, events=events, write=False)
+    base_info = baseline.info or served_model_info(without)
+    base_found = (ServedSpeculation(None, False, "given by the caller") if baseline.transport is not None
+                  else served_speculation(without.url, base_info.contract))
+    base = run_bench(without, transport=baseline.transport, info=base_info, tokenizer=tokenizer, events=events, write=False)
     spec_run = run_bench(with_spec, transport=speculative.transport, info=info, tokenizer=tokenizer, events=events, write=False)
     result = SpeculativeResult(spec=spec, speculation=found, with_spec=spec_run, baseline=base)
     result.levels = compare(spec_run, base)
     result.break_even = break_even(result.levels)
+    if base_found.record is not None:
+        result.notes.append(f"The baseline {spec.baseline} was built with speculation too ({base_found.record}): the "
+                            "speedup compares two speculative deployments.")
     if not found.known:
         result.notes.append(f"Whether {spec.url} was built with speculation could not be read ({found.source}).")
     if result.levels and all(r["acceptance_rate"] is None for r in result.levels):
