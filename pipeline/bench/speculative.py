@@ -190,7 +190,8 @@ def run_speculative_bench(spec: BenchSpec, *, speculative: Side = Side(), baseli
     """Bench the baseline, then the speculative deployment (perf metrics on), and compare them per concurrency."""
     check_spec(spec)
     with_spec = spec.model_copy(update={"perf_metrics": True})
-    without = spec.model_copy(update={"url": spec.baseline, "model": spec.baseline_model or spec.model})
+    # --metrics-url names the speculative server's endpoint: the baseline's is found from its own URL
+    without = spec.model_copy(update={"url": spec.baseline, "model": spec.baseline_model or spec.model, "metrics_url": None})
     info = speculative.info or served_model_info(with_spec)
     found = (ServedSpeculation(None, False, "given by the caller") if speculative.transport is not None
              else served_speculation(spec.url, info.contract))

@@ -131,3 +131,16 @@ def test_cli_speculative_without_baseline_exits_2(capsys):
     code = run(["bench", "--url", "127.0.0.1:1", "--speculative"])
     assert code == 2
     assert "--baseline" in capsys.readouterr().err
+
+
+def test_the_baseline_is_not_scraped_at_the_speculative_servers_metrics_url(monkeypatch):
+    import pipeline.bench.speculative as S
+
+    seen = []
+    monkeypatch.setattr(S, "run_bench", lambda spec, **kw: seen.append(spec) or BenchResult(spec, "m", None))
+    fake = S.Side(transport=object(), info=S.ModelInfo(name="m", inputs=frozenset(), batched=True))
+    S.run_speculative_bench(BenchSpec(url="h:8201", baseline="h:8101", speculative=True, metrics_url="http://h:8202/metrics"),
+                            speculative=fake, baseline=fake, tokenizer=WhitespaceTokenizer(), write=False)
+    baseline, speculative = seen
+    assert (baseline.url, baseline.metrics_url) == ("h:8101", None)
+    assert (speculative.url, speculative.metrics_url, speculative.perf_metrics) == ("h:8201", "http://h:8202/metrics", True)
