@@ -33,6 +33,7 @@ from pipeline.build.profiles import check_engine_compatible
 from pipeline.render.checks import check_repository
 from pipeline.render.context import engine_features, template_context
 from pipeline.render.spec import MODELS, RenderSpec
+from pipeline.render import speculative
 from pipeline.hf.tokenizer import tokenizer_files
 
 
@@ -87,6 +88,10 @@ def render(spec: RenderSpec) -> RenderResult:
     templates = templates_dir()
     features = engine_features(config, runtime, spec)
     context = template_context(spec, runtime, bundle.engine_path(root), bundle.tokenizer_path(root), build_config, features)
+    record = speculative.speculative_record(engine, config)
+    draft = speculative.draft_engine(engine, record)
+    context["tensorrt_llm_parameters"].update(speculative.lookahead_parameters(record))
+    context["draft_model_name"] = speculative.DRAFT_MODEL if draft else ""
     inputs = {
         "spec": spec.model_dump(mode="json", exclude={"force"}),
         "runtime": runtime,
@@ -102,7 +107,8 @@ def render(spec: RenderSpec) -> RenderResult:
     inputs_hash = sha256_json(inputs)
 
     def result(checks: dict[str, str], reused: bool, summary: dict) -> RenderResult:
-        return RenderResult(repo=out, runtime=runtime, models=list(MODELS), max_batch_size=context["triton_max_batch_size"],
+        models = [*MODELS, speculative.DRAFT_MODEL] if draft else list(MODELS)
+        return RenderResult(repo=out, runtime=runtime, models=models, max_batch_size=context["triton_max_batch_size"],
                             engine=engine, tokenizer=tokenizer, checks=checks, notes=features.notes, reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
@@ -110,6 +116,10 @@ def render(spec: RenderSpec) -> RenderResult:
         return result({"reused": "same inputs as the existing repository"}, True, bundle.summary(out))
     with atomic_dir(out) as tmp:
         write_repository(templates, tmp, context, runtime)
+        if draft is not None:  # the tensorrt_llm template again, for the draft engine carried in the bundle
+            draft_path = bundle.engine_path(root) / draft.relative_to(engine).as_posix()
+            write_repository(templates, tmp, speculative.draft_context(context, draft, draft_path), runtime,
+                             models={speculative.DRAFT_MODEL: "tensorrt_llm"})
         checks = check_repository(tmp)
         stats = bundle.assemble(tmp, engine, root, outside_tokenizer)
         checks["paths"] = f"every path in every config is under {root} and in the bundle"
@@ -121,7 +131,9 @@ def render(spec: RenderSpec) -> RenderResult:
     return result(checks, False, summary)
 
 
-def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime) -> None:
+def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime,
+                     models: dict[str, str] | None = None) -> None:
+    """Each model of `models` (name -> template folder; default: MODELS, each from its own) into out."""
     import jinja2
 
     env = jinja2.Environment(
@@ -130,12 +142,12 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
         keep_trailing_newline=True,
         autoescape=False,
     )
-    for model in MODELS:
-        source = templates / model
+    for model, folder in (models or {name: name for name in MODELS}).items():
+        source = templates / folder
         target = out / model
         (target / "1").mkdir(parents=True, exist_ok=True)
         try:
-            text = env.get_template(f"{model}/config.pbtxt.j2").render(**context)
+            text = env.get_template(f"{folder}/config.pbtxt.j2").render(**{"model_name": model, **context})
         except jinja2.TemplateNotFound as error:
             raise InvalidInputError(
                 f"The template folder {templates} has no {model}/config.pbtxt.j2 (missing: {error.name}); a Triton "
@@ -148,7 +160,7 @@ def write_repository(templates: Path, out: Path, context: dict, runtime: Runtime
                                    "render_context.template_context.") from error
         (target / "config.pbtxt").write_text(text, encoding="utf-8")
         model_py = source / "1" / "model.py"
-        if model_py.is_file() and not (model == "tensorrt_llm" and runtime == "tensorrtllm"):
+        if model_py.is_file() and not (folder == "tensorrt_llm" and runtime == "tensorrtllm"):
             copy_python_model(templates, model_py, target / "1")
 
 

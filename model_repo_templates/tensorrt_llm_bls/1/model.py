@@ -88,6 +88,27 @@ def check_sampling(request):
                 raise BlsError(f"{name} {rule}, got {value:g}.")
 
 
+def _first(request, name, cast, default):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    values = [] if tensor is None else tensor.as_numpy().reshape(-1).tolist()
+    return cast(values[0]) if values else default
+
+
+def _first_words(pre):
+    """The stop words preprocessing produced ([1, 2, N] word list) as token lists."""
+    tensor = pb_utils.get_output_tensor_by_name(pre, "STOP_WORDS_IDS")
+    if tensor is None:
+        return []
+    flat, offsets = tensor.as_numpy().reshape(2, -1)
+    words, start = [], 0
+    for end in offsets.tolist():
+        if end < 0:
+            break
+        words.append([int(t) for t in flat[start:end]])
+        start = end
+    return words
+
+
 class TritonPythonModel:
     def initialize(self, args):
         try:  # which Python this stub embeds (the image's, never the pipeline's venv)
@@ -102,6 +123,7 @@ class TritonPythonModel:
         self.accumulate = str(parameters.get("accumulate_tokens", {}).get("string_value", "")).lower() in _TRUE
         name = parameters.get("tensorrt_llm_model_name", {}).get("string_value", "")
         self.llm_model = name or "tensorrt_llm"
+        self.draft_model = parameters.get("tensorrt_llm_draft_model_name", {}).get("string_value", "")
         concurrency = int(parameters.get("bls_concurrency", {}).get("string_value") or 1)
         self.closing = False
         self.workers = ThreadPoolExecutor(max_workers=max(1, min(concurrency, MAX_WORKERS)), thread_name_prefix="bls")
@@ -148,6 +170,9 @@ class TritonPythonModel:
         check_sampling(request)
         stream_tensor = pb_utils.get_input_tensor_by_name(request, "stream")
         streaming = bool(stream_tensor.as_numpy().reshape(-1)[0]) if stream_tensor is not None else False
+        num_draft = _first(request, "num_draft_tokens", int, 0)
+        if num_draft > 0:
+            self._check_speculative(request, streaming)
         if streaming and not self.decoupled:
             raise BlsError("stream=true needs the decoupled transaction policy; render with --decoupled.")
 
@@ -169,6 +194,11 @@ class TritonPythonModel:
                 array = tensor.as_numpy()
                 llm_inputs.append(pb_utils.Tensor(target, array.reshape(1, -1) if array.ndim == 1 else array))
 
+        if num_draft > 0:
+            ids, response = self._speculate(llm_inputs, num_draft, _first(request, "use_draft_logits", bool, False),
+                                            _first(request, "max_tokens", int, 0),
+                                            [w for w in _first_words(pre) if w])
+            return self._text_response(self._detokenize(ids), response)
         llm_id = f"bls-{uuid.uuid4().hex}"
         llm_request = pb_utils.InferenceRequest(
             model_name=self.llm_model, inputs=llm_inputs, request_id=llm_id,
@@ -210,6 +240,74 @@ class TritonPythonModel:
         for response in finals[:-1]:  # several entries: all but the last go out here (decoupled only)
             sender.send(response)
         return finals[-1] if finals else None
+
+    # -- speculative decoding: NVIDIA's draft -> target loop -------------------------------------------
+    def _check_speculative(self, request, streaming):
+        """The limits and the error texts of NVIDIA's BLS (tensorrtllm_backend @c2e65b88
+        all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/decode.py:116-122, 269-273; model.py:184-194)."""
+        if streaming:
+            raise BlsError("streaming is not supported with speculative decoding")
+        if _first(request, "return_context_logits", bool, False):
+            raise BlsError("context logits are not supported with speculative decoding")
+        if not self.draft_model:
+            raise BlsError("cannot perform speculative decoding without draft model")
+        text = pb_utils.get_input_tensor_by_name(request, "text_input")
+        if text is not None and text.as_numpy().shape[0] > 1:
+            raise BlsError("speculative decoding is not supported with batch size > 1")
+
+    def _speculate(self, llm_inputs, num_draft, use_draft_logits, max_tokens, stop_words):
+        """NVIDIA's loop (decode.py:296-380, triton_decoder.py:330-342, 431-493): each round the draft model
+        writes k = min(num_draft_tokens, prompt + max_tokens - current - 1) tokens (min_tokens k), the target gets
+        them as draft_input_ids with request_output_len k + 1; it ends at the length, when the target's output equals
+        the draft's, when nothing changed, or on a stop word. Returns the final tokens and target response."""
+        base = {t.name(): t.as_numpy() for t in llm_inputs if t.name() not in ("input_ids", "input_lengths",
+                                                                                "request_output_len", "min_tokens")}
+        prompt = self._ids(llm_inputs)
+        ids, response, included = list(prompt), None, True
+        while True:
+            k = min(num_draft, len(prompt) + max_tokens - len(ids) - 1)
+            draft_full, extra = None, {}
+            if k > 0:
+                draft_out, _, draft_included = self._llm(self.draft_model, base, ids, k,
+                                                         {"min_tokens": np.array([[k]], dtype=np.int32),
+                                                          "return_generation_logits": np.array([[use_draft_logits]])})
+                new = draft_out[len(ids):] if draft_included else draft_out
+                draft_full = ids + new
+                if new:
+                    extra["draft_input_ids"] = np.array([new], dtype=np.int32)
+            out, response, included = self._llm(self.llm_model, base, ids, len(extra.get("draft_input_ids", [[]])[0]) + 1,
+                                                extra)
+            last, ids = ids, (out if included else ids + out)
+            if (len(ids) >= len(prompt) + max_tokens or ids == draft_full or ids == last
+                    or any(ids[-len(w):] == w for w in stop_words)):
+                break
+        return (ids if included else ids[len(prompt):]), response
+
+    def _ids(self, llm_inputs):
+        named = {t.name(): t.as_numpy() for t in llm_inputs}
+        length = int(named["input_lengths"].reshape(-1)[0])
+        return [int(t) for t in named["input_ids"].reshape(-1)[:length]]
+
+    def _llm(self, model, base, ids, output_len, extra):
+        """One non-streaming call of a tensorrt_llm model on `ids`: (output tokens, response, input included)."""
+        inputs = [pb_utils.Tensor(name, value) for name, value in {**base, **extra}.items() if name != "streaming"]
+        inputs += [pb_utils.Tensor("input_ids", np.array([ids], dtype=np.int32)),
+                   pb_utils.Tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+                   pb_utils.Tensor("request_output_len", np.array([[output_len]], dtype=np.int32))]
+        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, request_id=f"bls-{uuid.uuid4().hex}",
+                                            requested_output_names=["output_ids", "sequence_length", *_PASS_OUT])
+        final = None
+        for response in request.exec(decoupled=True) if self.decoupled else [request.exec()]:
+            if response.has_error():
+                raise BlsError(response.error().message())
+            if pb_utils.get_output_tensor_by_name(response, "output_ids") is not None:
+                final = response
+        if final is None:
+            raise BlsError(f"{model} sent no output_ids")
+        length = int(pb_utils.get_output_tensor_by_name(final, "sequence_length").as_numpy().reshape(-1)[0])
+        out = [int(t) for t in pb_utils.get_output_tensor_by_name(final, "output_ids").as_numpy().reshape(-1)[:length]]
+        included = len(out) >= len(ids) and out[:len(ids)] == ids
+        return out, final, included
 
     def _delta(self, text, sent, mid_stream=False):
         """What to send after `sent`: the new suffix (all of it with accumulate_tokens). Should the text so
