@@ -14,6 +14,8 @@ QUANT  ?= fp8
 KV     ?=
 GOAL   ?= throughput
 BACKEND ?= tensorrt
+SPECULATIVE ?=
+DRAFT ?=
 TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
@@ -66,8 +68,9 @@ demo: $(STAMP)
 # download -> convert -> (EVAL=1: accuracy gate) -> build -> render. Inside the pinned image this
 # builds a real engine; elsewhere the build stops with exit 3 (DRY_RUN=1 prints the plan instead).
 # SLO=ttft_p99_ms=500,tpot_p99_ms=40 (with ISL=, OSL=): max_batch_size/max_num_tokens from `pipeline plan --slo`.
+# SPECULATIVE=draft-target|ngram|lookahead|eagle3 (DRAFT=SOURCE: the draft, downloaded and converted too).
 engine: $(STAMP)
-	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(SLO),--slo $(SLO) --isl $(ISL) --osl $(OSL)) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
+	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(SLO),--slo $(SLO) --isl $(ISL) --osl $(OSL)) $(if $(SPECULATIVE),--speculative $(SPECULATIVE)) $(if $(DRAFT),--draft $(DRAFT)) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.build.speculative import SpeculativeSpec
 from pipeline.core.artifacts import MANIFEST_NAME, read_manifest, write_json_atomic
 from pipeline.core.deployable import DEFAULT_BACKEND, HF_FORMAT, PYTORCH_BACKEND, TRTLLM_FORMAT, Backend
 from pipeline.core.errors import GateFailedError, InvalidInputError
@@ -58,6 +59,7 @@ class EngineJobSpec(BaseModel):
     slo: str | None = None  # the build's limits chosen for this SLO (pipeline/build/slo.py), at isl/osl
     isl: int | None = Field(None, ge=1)
     osl: int | None = Field(None, ge=1)
+    speculative: SpeculativeSpec | None = None  # its draft is downloaded and converted like the model
 
 
 class JobStep(BaseModel):
@@ -147,17 +149,19 @@ def run_engine_job(
                      f"perplexity {result.baseline.perplexity:.2f} -> {row.perplexity:.2f} ({row.delta:+.1%})")
         check_gate(result)
 
+    speculative = _draft_job(spec, gpu, reporter, steps) if spec.speculative and spec.speculative.draft else spec.speculative
     # The reference runtime serves the HF weights with the precision simulated; a GPU engine is built from
     # the TensorRT-LLM checkpoint (which carries its precision).
     # A PyTorch-backend deployable is made from the HF checkpoint on either (the CPU one links its 16-bit source).
     slo = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
     if pytorch:
-        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND)
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND,
+                               speculative=speculative)
     elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
-                               goal=spec.goal, **slo)
+                               goal=spec.goal, speculative=speculative, **slo)
     else:
-        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, **slo)
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, speculative=speculative, **slo)
     t = time.perf_counter()
     built = build_engine(build_spec, reporter)
     engine_dir = built.output_dir
@@ -167,6 +171,26 @@ def run_engine_job(
     repo = render(RenderSpec(engine=engine_dir))
     steps.record("render", t, repo.repo, f"{len(repo.models)} models, runtime {repo.runtime}")
     return EngineJobResult(steps=steps.steps, engine_dir=engine_dir, repo=repo.repo)
+
+
+def _draft_job(spec: EngineJobSpec, gpu: Any, reporter: Reporter, steps: _Steps) -> SpeculativeSpec:
+    """The draft model, downloaded and converted as the model is (its HF folder for the CPU engine layout, the
+    converted checkpoint otherwise): the speculative spec with --draft pointing at it."""
+    from pipeline.convert import ConvertSpec, convert
+
+    assert spec.speculative is not None and spec.speculative.draft
+    t = time.perf_counter()
+    downloaded = fetch_model(spec.speculative.draft, spec.root, reporter)
+    steps.record("download draft", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
+    if gpu.is_cpu and spec.backend != PYTORCH_BACKEND:
+        return spec.speculative.model_copy(update={"draft": str(downloaded.path)})
+    t = time.perf_counter()
+    pytorch = spec.backend == PYTORCH_BACKEND
+    converted = convert(ConvertSpec(model=str(downloaded.path), quant=spec.quant, kv_cache=spec.kv_cache,
+                                    tp=1 if pytorch else spec.tp, pp=1, gpu=gpu.key, root=spec.root,
+                                    format=HF_FORMAT if pytorch else TRTLLM_FORMAT), reporter)
+    steps.record("convert draft", t, converted.path, "reused" if converted.skipped else "converted")
+    return spec.speculative.model_copy(update={"draft": str(converted.path)})
 
 
 def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
@@ -183,7 +207,8 @@ def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
         t = time.perf_counter()
         pytorch = spec.backend == PYTORCH_BACKEND
         plan = plan_build(BuildSpec(gpu=spec.gpu, checkpoint=folder, model=model, quant=spec.quant, kv_cache=spec.kv_cache,
-                                    goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend))
+                                    goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend,
+                                    speculative=spec.speculative))
     if pytorch:
         options = plan.options
         detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "

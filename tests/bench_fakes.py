@@ -51,12 +51,23 @@ class VirtualTime:
 
 @dataclass
 class Script:
-    """Per request: TTFT, gap between tokens, tokens, and an optional error instead of tokens."""
+    """Per request: TTFT, gap between responses, tokens, and an optional error instead of tokens.
+    per_chunk: tokens per response after the first (a speculative server streams each step's accepted tokens
+    together); accepted/drafted: the speculation counts the last response carries (return_perf_metrics)."""
 
     ttft: float = 0.1
     gap: float = 0.02
     tokens: int = 5
     error: str | None = None
+    per_chunk: int = 1
+    accepted: int | None = None
+    drafted: int | None = None
+
+    def perf(self) -> dict[str, float] | None:
+        if self.drafted is None:
+            return None
+        return {"acceptance_rate": (self.accepted or 0) / self.drafted if self.drafted else 0.0,
+                "total_accepted_draft_tokens": float(self.accepted or 0), "total_draft_tokens": float(self.drafted)}
 
 
 @dataclass
@@ -72,10 +83,14 @@ class FakeTransport:
         if plan.error:
             yield None, plan.error
             return
-        for n in range(plan.tokens):
+        sizes = [1] + [plan.per_chunk] * ((plan.tokens - 1) // plan.per_chunk)
+        if sum(sizes) < plan.tokens:
+            sizes.append(plan.tokens - sum(sizes))
+        for n, size in enumerate(sizes[:plan.tokens]):
             if n:
                 await self.time.sleep(plan.gap)
-            yield Chunk(text=" w"), None
+            last = n == len(sizes) - 1
+            yield Chunk(text=" w" * size, perf=plan.perf() if last else None), None
 
     def decode(self, payload: Chunk) -> Chunk:
         return payload

@@ -14,6 +14,8 @@ One room per concern:
   gates.py      SLO gates
   report.py     JSON, CSV and Markdown; plots.py the PNGs
   session.py    run_bench(spec): all of the above in order
+  datasets.py   --dataset NAME|FILE: built-in prompt sets (pipeline/data/bench) and OpenAI-style chat logs
+  speculative.py  --speculative --baseline URL: the same workload with and without speculation, compared
   (tests/bench_fakes.py: a fake transport on virtual time and tiny tokenizers, for deterministic tests)
 """
 

@@ -41,6 +41,8 @@ class RequestMetrics:
     server_ttft_ms: float | None = None  # server first_token_time - arrival_time, when reported
     server_queue_ms: float | None = None  # server first_scheduled_time - arrival_time: waiting for a batch slot
     client_minus_server_first_token_ms: float | None = None
+    accepted_draft_tokens: int | None = None  # speculation: the server's total_accepted_draft_tokens
+    draft_tokens: int | None = None  # and total_draft_tokens, when it reports them (return_perf_metrics)
 
 
 def request_metrics(record: RequestRecord, osl: int | None) -> RequestMetrics:
@@ -68,7 +70,13 @@ def request_metrics(record: RequestRecord, osl: int | None) -> RequestMetrics:
         osl_target=record.min_tokens, responses=len(record.chunk_t), ttft_ms=ttft, latency_ms=latency,
         tpot_ms=tpot, output_tok_s=per_user, send_unix_ns=record.send_unix_ns,
         server_ttft_ms=server_ttft, server_queue_ms=queue, client_minus_server_first_token_ms=diff,
+        accepted_draft_tokens=_count(perf, "total_accepted_draft_tokens") if ok else None,
+        draft_tokens=_count(perf, "total_draft_tokens") if ok else None,
     )
+
+
+def _count(perf: dict, name: str) -> int | None:
+    return int(perf[name]) if name in perf else None
 
 
 def level_summary(run: LevelRun, metrics: Sequence[RequestMetrics]) -> dict[str, Any]:

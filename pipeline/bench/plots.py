@@ -88,3 +88,23 @@ def _prefill_decode(plt, pd: dict[str, Any], path: Path) -> Path:
     axes[1].plot([p["osl"] for p in osl], [p["tpot_ms_p50"] or float("nan") for p in osl], "o-")
     _label(axes[1], f"OSL (tokens), ISL = {pd['fixed_isl']}", "TPOT p50 (ms/token)", "Decode: TPOT vs output length")
     return _save(plt, fig, path)
+
+
+def plot_speedup(rows: Sequence[dict[str, Any]], break_even: int | None, path: Path) -> Path:
+    """Speculation's speedup (output tokens/s with / without) against concurrency, 1x and the break-even marked."""
+    plt = _pyplot()
+    rows = sorted(rows, key=lambda r: r["concurrency"])
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.plot([r["concurrency"] for r in rows], [float("nan") if r["speedup"] is None else r["speedup"] for r in rows],
+            "o-", label="speedup (output tok/s)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    if break_even is not None:
+        ax.axvline(break_even, color="red", linestyle=":", label=f"break-even c={break_even}")
+    for r in rows:
+        if r.get("acceptance_rate") is not None:
+            ax.annotate(f"a={r['acceptance_rate']:.2f}", (r["concurrency"], r["speedup"] or 0.0),
+                        textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log", base=2)
+    _label(ax, "concurrency", "speedup (x)", "Speculative decoding: speedup vs concurrency")
+    ax.legend()
+    return _save(plt, fig, path)

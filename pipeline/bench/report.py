@@ -15,7 +15,7 @@ from pipeline.core.output import to_jsonable
 
 CSV_FIELDS = ("level", "index", "ok", "error", "isl", "osl", "osl_target", "responses", "ttft_ms", "tpot_ms",
               "latency_ms", "output_tok_s", "server_ttft_ms", "server_queue_ms", "client_minus_server_first_token_ms",
-              "send_unix_ns")
+              "send_unix_ns", "accepted_draft_tokens", "draft_tokens")
 
 
 def _f(value: Any, digits: int = 1) -> str:

@@ -39,7 +39,7 @@ class RequestRecord:
     text_parts: list[str | bytes] = field(default_factory=list)
     payloads: list = field(default_factory=list)  # the transport's raw responses until decoded
     error: str | None = None
-    perf: dict[str, int] | None = None
+    perf: dict[str, float] | None = None  # server timestamps (ns) and speculation counts
     send_unix_ns: int = 0
     output_tokens: int | None = None  # the server's count (OpenAI usage), when it reports one
     adapter: str | None = None  # the request's --lora-mix class

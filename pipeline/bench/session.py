@@ -323,7 +323,7 @@ def run_bench(spec: BenchSpec, *, transport: Transport | None = None, info: Mode
 
 def write_run(result: BenchResult, reports: Path) -> Path:
     """reports/bench-<time>/ written atomically (JSON, CSV, Markdown, PNGs, manifest)."""
-    from pipeline.core.artifacts import ArtifactOrigin, atomic_dir, build_manifest, sha256_json, write_json_atomic
+    from pipeline.core.artifacts import atomic_dir
     from pipeline.bench.plots import plot_all
     from pipeline.bench.report import write_reports
 
@@ -332,9 +332,16 @@ def write_run(result: BenchResult, reports: Path) -> Path:
     with atomic_dir(destination) as tmp:
         files = write_reports(result, tmp)
         files.update(plot_all(result, tmp))
-        inputs = result.spec.model_dump(mode="json")
-        write_json_atomic(tmp / "manifest.json", build_manifest(
-            ArtifactOrigin("bench", inputs, sha256_json(inputs), ("tritonclient", "aiohttp")), tmp, started))
+        write_bench_manifest(result.spec, tmp, started)
     result.out_dir = destination
     result.files = {k: destination / Path(v).name for k, v in files.items()}
     return destination
+
+
+def write_bench_manifest(spec: BenchSpec, folder: Path, started: float) -> None:
+    """folder/manifest.json of a bench report (inputs: the spec)."""
+    from pipeline.core.artifacts import ArtifactOrigin, build_manifest, sha256_json, write_json_atomic
+
+    inputs = spec.model_dump(mode="json")
+    write_json_atomic(folder / "manifest.json", build_manifest(
+        ArtifactOrigin("bench", inputs, sha256_json(inputs), ("tritonclient", "aiohttp")), folder, started))

@@ -104,6 +104,9 @@ class BenchSpec(BaseModel):
     quant: str | None = None
     lora_mix: tuple[tuple[str, float], ...] = ()  # --lora-mix (pipeline/bench/lora_mix.py)
     lora_source: Path | None = None  # the deployment folder whose manifest names the adapters
+    speculative: bool = False  # compare with `baseline`, the same model served without speculation (bench/speculative.py)
+    baseline: str | None = None
+    baseline_model: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "BenchSpec":

@@ -13,7 +13,8 @@ from typing import Any, AsyncIterator, NamedTuple, Protocol
 
 from pipeline.bench.workload import BenchRequest
 from pipeline.clients.contract import served_tokenizer_dir
-from pipeline.clients.triton import GenerateRequest, build_inputs, build_llmapi_inputs, perf_times, text_pieces
+from pipeline.clients.triton import (GenerateRequest, build_inputs, build_llmapi_inputs, perf_times, speculation_counts,
+                                     text_pieces)
 from pipeline.core.errors import InvalidInputError, StageFailedError, UnsupportedError
 
 
@@ -24,7 +25,7 @@ class Chunk(NamedTuple):
 
     text: str | bytes = ""
     error: str | None = None
-    perf: dict[str, int] | None = None
+    perf: dict[str, float] | None = None  # timestamps (ns) and speculation counts
     replace: bool = False
 
 
@@ -176,4 +177,5 @@ def _bytes_tensor_join(raw: bytes) -> bytes:
 def _chunk(result: Any, perf_metrics: bool) -> Chunk:
     """A whole response (kept when perf metrics are asked for) read through the client's parsers."""
     pieces = text_pieces(result)
-    return Chunk(text=b"".join(pieces or ()), perf=(perf_times(result) or None) if perf_metrics else None)
+    perf = {**perf_times(result), **speculation_counts(result)} if perf_metrics else None
+    return Chunk(text=b"".join(pieces or ()), perf=perf or None)

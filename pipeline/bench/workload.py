@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from pipeline.bench.datasets import chat_prompt
 from pipeline.bench.spec import Dist
 from pipeline.core.errors import InvalidInputError
 
@@ -114,8 +115,9 @@ def synthetic_requests(tokenizer: Any, isl: Dist, osl: Dist, n: int, seed: int =
 
 
 def dataset_requests(path: Path, tokenizer: Any, osl: Dist, seed: int = 0) -> list[BenchRequest]:
-    """JSONL: one object per line with the prompt under text_input/prompt/text/input and optionally
-    the output length under max_tokens/output_length/osl (else drawn from --osl, not forced)."""
+    """JSONL: one object per line with the prompt under text_input/prompt/text/input, or an OpenAI-style chat log
+    under messages (pipeline.bench.datasets.chat_prompt), and optionally the output length under
+    max_tokens/output_length/osl (else a chat log's final assistant turn's length, else drawn from --osl; not forced)."""
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"Dataset {path} does not exist.", hint="Pass a JSONL file: one {\"text_input\": ...} per line.")
@@ -128,10 +130,17 @@ def dataset_requests(path: Path, tokenizer: Any, osl: Dist, seed: int = 0) -> li
             row = json.loads(line)
         except json.JSONDecodeError as error:
             raise InvalidInputError(f"{path}:{number} is not JSON: {error}", hint="One JSON object per line.") from None
-        prompt = next((row[k] for k in _DATASET_PROMPT_KEYS if isinstance(row, dict) and isinstance(row.get(k), str)), None)
+        if not isinstance(row, dict):
+            raise InvalidInputError(f"{path}:{number} is not a JSON object.", hint="One {\"text_input\": ...} object per line.")
+        prompt, answer = next((row[k] for k in _DATASET_PROMPT_KEYS if isinstance(row.get(k), str)), None), None
+        if prompt is None and "messages" in row:
+            prompt, answer = chat_prompt(row["messages"], tokenizer, f"{path}:{number}")
         if prompt is None:
-            raise InvalidInputError(f"{path}:{number} has no prompt.", hint=f"Put the prompt under one of {_DATASET_PROMPT_KEYS}.")
+            raise InvalidInputError(f"{path}:{number} has no prompt.",
+                                    hint=f"Put the prompt under one of {_DATASET_PROMPT_KEYS}, or a chat log under messages.")
         out_len = next((int(row[k]) for k in _DATASET_OSL_KEYS if isinstance(row.get(k), (int, float))), None)
+        if out_len is None and answer:
+            out_len = max(1, count_tokens(tokenizer, [answer])[0])
         rows.append((prompt, out_len))
     if not rows:
         raise InvalidInputError(f"Dataset {path} holds no prompts.", hint="One {\"text_input\": ...} object per line.")

@@ -24,6 +24,7 @@ from pipeline.build.lora_build import engine_shape, lora_flags, lora_manifest, p
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.runner import run_logged
+from pipeline.build.speculative import SpeculativeSpec
 from pipeline.core.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, get_gpu
@@ -70,6 +71,7 @@ class BuildSpec(BaseModel):
     lora: tuple[str, ...] = ()  # [NAME=]PATH of each PEFT adapter (pipeline/build/lora_build.py)
     max_lora_rank: int | None = Field(None, ge=1)
     lora_target_modules: tuple[str, ...] = ()
+    speculative: SpeculativeSpec | None = None
 
 
 class BuildPlan(PlannedProfile):
@@ -81,6 +83,9 @@ class BuildPlan(PlannedProfile):
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
     slo_plan: dict[str, Any] | None = None  # the SLO choice the limits come from (pipeline/build/slo.py)
+    speculative: dict[str, Any] | None = None  # the manifest's "speculative" record (pipeline.build.speculative)
+    draft: Path | None = None  # the draft's input (HF folder for the CPU, TensorRT-LLM checkpoint for trtllm-build)
+    draft_command: list[str] = []  # the draft engine's trtllm-build, into <engine>/draft
 
     @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
@@ -170,6 +175,10 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
 
         return plan_pytorch(spec)
     gpu = get_gpu(spec.gpu)
+    if spec.speculative is not None:  # refused before any file is read
+        from pipeline.build.speculative import decide
+
+        decide(spec.speculative, backend=spec.backend, pp=spec.pp or 1, cpu=gpu.is_cpu)
     ckpt = _resolve_checkpoint(spec, gpu)
     notes: list[str] = []
     if gpu.is_cpu:
@@ -204,12 +213,22 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         flags += lora_flags(lora) if lora else []
     memory, fit_notes = check_fits(ckpt.model, target, limits, lora.cache_bytes if lora else 0)
     notes.extend(fit_notes)
+    speculated = None
+    if spec.speculative is not None:
+        from pipeline.build.draft import EnginePlanInputs, plan_speculation
+
+        speculated = plan_speculation(spec.speculative, EnginePlanInputs(
+            name=ckpt.model, checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, target=target,
+            limits=limits, flags=flags, memory=memory, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin))
+        flags, memory = speculated.flags, speculated.memory
+        notes.extend(speculated.notes)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant.name, kv_cache=kv.name, tp=ckpt.tp, pp=ckpt.pp,
         goal=spec.goal, max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len,
         max_batch_size=limits.max_batch_size, max_num_tokens=limits.max_num_tokens,
         lora=sha256_json(lora.identity())[:12] if lora else None,
+        speculative=speculated.label if speculated else None,
     )
     engine_dir = stage_dir(ckpt.model, "engines", profile.id)
     block = spec.tokens_per_block or 32
@@ -228,6 +247,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "tokenizer": bool(tokenizer),
         **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors", "offsets_ms")}} if slo_plan else {}),
         **({"lora": lora.identity()} if lora else {}),
+        **({"speculative": speculated.identity()} if speculated else {}),
     })
     return BuildPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name, runtime=gpu.runtime,
@@ -235,7 +255,9 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, checkpoint_kind=ckpt.kind,
         engine_dir=engine_dir, limits=limits, flags=flags, command=command,
         command_line=command_line(command) if command else "", memory=memory, inputs_hash=inputs_hash, notes=notes,
-        tokenizer=tokenizer, slo_plan=slo_plan, lora=lora,
+        tokenizer=tokenizer, slo_plan=slo_plan, lora=lora, speculative=speculated.record if speculated else None,
+        draft=speculated.draft_checkpoint if speculated else None,
+        draft_command=speculated.command(engine_dir) if speculated and not gpu.is_cpu else [],
     )
 
 
@@ -273,6 +295,8 @@ def _manifest_extra(plan: BuildPlan, timings: dict[str, float], peak_rss_mib: fl
         "limits": plan.limits.model_dump(),
         "flags": [f.model_dump() for f in plan.flags],
         "command": plan.command,
+        **({"speculative": plan.speculative, "draft": {"source": str(plan.draft) if plan.draft else None,
+                                                       "command": plan.draft_command}} if plan.speculative else {}),
         "memory_estimate": plan.memory.model_dump(),
         "timings": timings,
         "peak_rss_mib": peak_rss_mib,
@@ -296,8 +320,11 @@ def _build_reference(plan: BuildPlan, spec: BuildSpec, started: float) -> BuildR
         build_config["lora_config"] = lora_keys["lora_config"]
         build_config["plugin_config"]["lora_plugin"] = lora_keys["lora_plugin"]
     with atomic_dir(plan.engine_dir) as tmp:
-        write_reference_engine_dir(plan.checkpoint, tmp, build_config,
-                                   simulated_quant=(plan.profile.quant, plan.profile.kv_cache))
+        simulated = (plan.profile.quant, plan.profile.kv_cache)
+        if plan.draft is not None:  # the draft's own complete reference folder at <build>/draft
+            write_reference_engine_dir(plan.draft, tmp / "draft", build_config, simulated_quant=simulated)
+        spec_config = {"speculative": plan.speculative} if plan.speculative else {}
+        write_reference_engine_dir(plan.checkpoint, tmp, {**build_config, **spec_config}, simulated_quant=simulated)
         write_lora_dir(plan.lora, tmp)
         timings = {"build_s": round(time.time() - started, 3)}
         manifest = build_manifest(build_origin(plan), tmp, started, extra=_manifest_extra(plan, timings, None))
@@ -345,6 +372,10 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                                    hint="Check the log; the TensorRT-LLM version in this environment may differ from "
                                    f"the pinned {TRTLLM_VERSION}.")
         shutil.move(str(log_path), tmp / BUILD_LOG)
+        if plan.draft_command:
+            from pipeline.build.draft import build_draft_engine
+
+            build_draft_engine(plan, tmp, executable)
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
         write_lora_dir(plan.lora, tmp)

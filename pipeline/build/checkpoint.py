@@ -270,3 +270,30 @@ def read_source(path: Path, *, model: str | None = None) -> CheckpointInfo:
         return info
     quant, kv = hf_precision(info.path)
     return info.model_copy(update={"quant": quant, "kv_cache": kv})
+
+
+def find_hf_checkpoint(model: str, quant: str | None, kv_cache: str | None) -> Path:
+    """The newest build/<model>/checkpoints/hf-*/ holding the asked precision, else the model's hf/
+    folder (`pipeline download`): 16-bit weights, which the reference runtime serves with the asked
+    precision simulated, and which a GPU plan (--dry-run) can start from."""
+    from pipeline.core.deployable import HF_CHECKPOINT_PREFIX
+    from pipeline.core.paths import stage_dir
+
+    want_kv = kv_cache_format(kv_cache).name
+    want = {quant_format(quant).name} if quant else {"fp16", "bf16"}  # no --quant: 16-bit, as the engine path
+    found = []
+    for folder in sorted(stage_dir(model, "checkpoints").glob(f"{HF_CHECKPOINT_PREFIX}*")):
+        if (folder / "config.json").is_file() and (folder / MANIFEST_NAME).is_file():
+            held = hf_precision(folder)
+            if held[0] in want and held[1] == want_kv:
+                found.append(((folder / MANIFEST_NAME).stat().st_mtime, folder))
+    if found:
+        return max(found)[1]
+    hf_dir = stage_dir(model, "hf")
+    if (hf_dir / "config.json").is_file():
+        return hf_dir
+    raise InvalidInputError(
+        f"No {quant or '16-bit'} HF checkpoint (KV {want_kv}) for model {model!r} under {stage_dir(model, 'checkpoints')}.",
+        hint=f"Run `pipeline convert --model {model} --quant {quant or 'fp16'}{'' if want_kv == 'auto' else ' --kv-cache ' + want_kv}"
+        " --format hf` first, or pass --checkpoint DIR.",
+    )

@@ -23,6 +23,8 @@ from pipeline.data import fact_rows
 from pipeline.core.errors import InvalidInputError
 
 FACTS = "trtllm_llm_args.tsv"
+DECODING_TYPES = "trtllm_decoding_types.tsv"  # speculative_config's decoding_type -> option class (from_dict's map)
+SPECULATIVE_BASE = "DecodingBaseConfig"
 TOP_LEVEL_CLASSES = ("BaseLlmArgs", "TorchLlmArgs")  # TorchLlmArgs overrides (load_format) come last
 
 
@@ -53,6 +55,22 @@ def source_commit() -> str:
     if len(commits) != 1:
         raise RuntimeError(f"{FACTS} mixes commits: {sorted(commits)}")
     return commits.pop()
+
+
+@lru_cache(maxsize=None)
+def decoding_types() -> dict[str, str]:
+    """DecodingBaseConfig.from_dict's map at 1.1.0: the `decoding_type` a YAML gives -> the class it builds."""
+    text = resources.files("pipeline.data").joinpath(DECODING_TYPES).read_text(encoding="utf-8")
+    return {row["decoding_type"]: row["class"] for row in fact_rows(text)}
+
+
+def speculative_fields(decoding_type: Any) -> tuple[str, dict[str, FieldFact]] | None:
+    """The class a speculative_config's decoding_type selects and its fields (DecodingBaseConfig's with its own);
+    None for a decoding_type from_dict rejects."""
+    cls = decoding_types().get(decoding_type) if isinstance(decoding_type, str) else None
+    if cls is None:
+        return None
+    return cls, {**class_fields(SPECULATIVE_BASE), **class_fields(cls)}
 
 
 def class_fields(cls: str) -> dict[str, FieldFact]:
@@ -116,7 +134,9 @@ def option_problems(options: Mapping[str, Any]) -> list[str]:
                                 f"(nearest valid: {_nearest(str(key), sorted(fields))})")
                 continue
             inner = nested_class(fact)
-            if isinstance(value, Mapping):
+            if key == "speculative_config" and isinstance(value, Mapping) and not where:
+                speculative(value)
+            elif isinstance(value, Mapping):
                 if inner is None:
                     problems.append(f"{where}{key}: {fact.type} has no field table here, so its keys cannot be checked")
                 else:
@@ -125,6 +145,16 @@ def option_problems(options: Mapping[str, Any]) -> list[str]:
                 problems.append(f"{where}{key}: {value!r} is not a {fact.type}")
             elif inner is not None and value is not None:
                 problems.append(f"{where}{key}: {value!r} is not a {inner} mapping")
+
+    def speculative(value: Mapping[str, Any]) -> None:
+        """from_dict pops decoding_type, then the chosen class (extra="forbid") takes the rest."""
+        chosen = speculative_fields(value.get("decoding_type"))
+        if chosen is None:
+            problems.append(f"speculative_config.decoding_type: {value.get('decoding_type')!r} is not a key of "
+                            f"DecodingBaseConfig.from_dict in TensorRT-LLM 1.1.0 (valid: {', '.join(decoding_types())})")
+            return
+        cls, fields = chosen
+        visit({k: v for k, v in value.items() if k != "decoding_type"}, fields, "speculative_config.", cls)
 
     visit(options, top_level_fields(), "", "TorchLlmArgs")
     return problems

@@ -39,6 +39,7 @@ class BuildProfile(BaseModel):
     trtllm_version: str = TRTLLM_VERSION
     backend: Backend = Field(DEFAULT_BACKEND, description="tensorrt (an engine) or pytorch (LLM-API options + HF checkpoint)")
     lora: str | None = Field(None, description="a LoRA build: the hash of its adapters, rank and target modules")
+    speculative: str | None = Field(None, description="speculative decoding, e.g. draft-target-k4-<draft> (None: off)")
 
     @property
     def world_size(self) -> int:
@@ -52,6 +53,8 @@ class BuildProfile(BaseModel):
             del fields["backend"]
         if self.lora is None:  # likewise: builds without adapters keep their ids
             del fields["lora"]
+        if self.speculative is None:  # left out too: profiles without speculation keep their ids
+            del fields["speculative"]
         return fields
 
     @property
@@ -69,6 +72,8 @@ class BuildProfile(BaseModel):
         suffix = "-torch" if torch and self.runtime == "reference" else ""
         lora = "" if self.lora is None else "-lora"
         return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{lora}{suffix}"
+        spec = f"-spec-{self.speculative.split('-k')[0]}" if self.speculative else ""
+        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{spec}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------

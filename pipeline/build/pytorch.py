@@ -39,7 +39,8 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from pipeline.core.artifacts import atomic_dir, build_manifest, link_or_copy, sha256_json, write_json_atomic, write_text_atomic
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
-from pipeline.build.checkpoint import CheckpointInfo, checkpoint_format, hf_source_of, read_checkpoint, read_source
+from pipeline.build.checkpoint import (CheckpointInfo, checkpoint_format, find_hf_checkpoint, hf_source_of, read_checkpoint,
+                                       read_source)
 from pipeline.build.llm_args import check_options, source_commit
 from pipeline.build.lora_build import plan_lora
 from pipeline.build.lora_options import copy_adapters, lora_extra, with_lora
@@ -71,6 +72,8 @@ class TorchPlan(PlannedProfile):
     simulated: dict[str, str] | None = None
     env: dict[str, str] = {}  # environment the serving process needs (server_env), recorded in the manifest
     plan_only: str = ""  # non-empty: the input can be planned but not built (what to run first)
+    speculative: dict[str, Any] | None = None  # the manifest's "speculative" record
+    draft_source: Path | None = None  # the HF folder <deployable>/draft/ links
 
     @computed_field  # in --json too: one key for both backends (the old one stays for a release)
     @property
@@ -171,7 +174,7 @@ def _hf_checkpoint(spec: Any, gpu: GpuSpec) -> CheckpointInfo:
     if spec.checkpoint is not None:
         path = Path(spec.checkpoint)
     elif spec.model:
-        path = _find_hf_checkpoint(model_folder_name(spec.model), spec.quant, spec.kv_cache)
+        path = find_hf_checkpoint(model_folder_name(spec.model), spec.quant, spec.kv_cache)
     else:
         raise InvalidInputError("Nothing to build from: give --checkpoint DIR or --model NAME.",
                                 hint="e.g. `pipeline build --backend pytorch --checkpoint build/<model>/checkpoints/hf-<id> "
@@ -186,33 +189,6 @@ def _hf_checkpoint(spec: Any, gpu: GpuSpec) -> CheckpointInfo:
             f"--gpu {gpu.key}`; or build an engine from this one: `pipeline build --checkpoint {info.path} --gpu {gpu.key}`.",
         )
     return read_source(path, model=spec.model)
-
-
-def _find_hf_checkpoint(model: str, quant: str | None, kv_cache: str | None) -> Path:
-    """The newest build/<model>/checkpoints/hf-*/ holding the asked precision, else the model's hf/
-    folder (`pipeline download`): 16-bit weights, which the reference runtime serves with the asked
-    precision simulated, and which a GPU plan (--dry-run) can start from."""
-    from pipeline.core.artifacts import MANIFEST_NAME
-    from pipeline.build.checkpoint import hf_precision
-
-    want_kv = kv_cache_format(kv_cache).name
-    want = {quant_format(quant).name} if quant else {"fp16", "bf16"}  # no --quant: 16-bit, as the engine path
-    found = []
-    for folder in sorted(stage_dir(model, "checkpoints").glob(f"{HF_CHECKPOINT_PREFIX}*")):
-        if (folder / "config.json").is_file() and (folder / MANIFEST_NAME).is_file():
-            held = hf_precision(folder)
-            if held[0] in want and held[1] == want_kv:
-                found.append(((folder / MANIFEST_NAME).stat().st_mtime, folder))
-    if found:
-        return max(found)[1]
-    hf_dir = stage_dir(model, "hf")
-    if (hf_dir / "config.json").is_file():
-        return hf_dir
-    raise InvalidInputError(
-        f"No {quant or '16-bit'} HF checkpoint (KV {want_kv}) for model {model!r} under {stage_dir(model, 'checkpoints')}.",
-        hint=f"Run `pipeline convert --model {model} --quant {quant or 'fp16'}{'' if want_kv == 'auto' else ' --kv-cache ' + want_kv}"
-        " --format hf` first, or pass --checkpoint DIR.",
-    )
 
 
 def _precision(spec: Any, ckpt: CheckpointInfo, gpu: GpuSpec) -> tuple[str, str, str, dict[str, str] | None]:
@@ -304,23 +280,36 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     lora = plan_lora(list(spec.lora), ckpt.shape, spec.max_lora_rank, list(spec.lora_target_modules))
     memory, fit_notes = check_fits(ckpt.model, target, limits, lora.cache_bytes if lora else 0)
     cast_to = {"fp16": "float16", "bf16": "bfloat16"}.get(quant) if str(ckpt.shape.dtype) == "float32" else None
+    speculated = None
+    if spec.speculative is not None:  # pipeline/build/pytorch_speculative.py
+        from pipeline.build.pytorch_speculative import plan_torch_speculation
+
+        speculated = plan_torch_speculation(spec.speculative, source, target, limits, memory)
+        memory, fit_notes = speculated.memory, [*fit_notes, *speculated.notes]
     env = server_env(gpu, kv)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
         compute_capability=gpu.compute_capability, quant=quant, kv_cache=kv, tp=tp, pp=1, goal=spec.goal,
         max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len, max_batch_size=limits.max_batch_size,
         max_num_tokens=limits.max_num_tokens, backend=PYTORCH_BACKEND, lora=sha256_json(lora.identity())[:12] if lora else None,
+        speculative=speculated.label if speculated else None,
     )
-    options, why = with_lora(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), lora, stage_dir(ckpt.model, "engines", profile.id))
+    deploy_dir = stage_dir(ckpt.model, "engines", profile.id)
+    options, why = with_lora(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), lora, deploy_dir)
+    if speculated is not None:
+        options, why = speculated.options(options, deploy_dir), {**why, **speculated.why}
+        check_options(options)
     inputs_hash = sha256_json({"profile": profile.model_dump(mode="json"), "checkpoint": ckpt.revision, "model_source": str(source),
-                               "options": options, "simulated": simulated, "env": env, "lora": lora.identity() if lora else None})
+                               "options": options, "simulated": simulated, "env": env, "lora": lora.identity() if lora else None,
+                               **({"draft": str(speculated.draft_source)} if speculated else {})})
     return TorchPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name,
         runtime="reference" if gpu.is_cpu else "pytorch",
         gpu=gpu.summary(),
         checkpoint=ckpt.path, checkpoint_format=HF_FORMAT, model_source=source,
-        deploy_dir=stage_dir(ckpt.model, "engines", profile.id), limits=limits, options=options, why=why,
+        deploy_dir=deploy_dir, limits=limits, options=options, why=why,
         memory=memory, inputs_hash=inputs_hash, simulated=simulated, env=env, notes=[*notes, *fit_notes], plan_only=plan_only, lora=lora,
+        speculative=speculated.record if speculated else None, draft_source=speculated.draft_source if speculated else None,
     )
 
 
@@ -344,6 +333,9 @@ def build_pytorch(spec: Any, reporter: Reporter = SILENT) -> TorchResult:
             for path in sources:
                 linked.append(link_or_copy(path, model_dir / path.name))
                 progress.advance(task)
+        if plan.draft_source is not None:  # the draft's files, as model/'s are
+            (tmp / "draft").mkdir()
+            linked.extend(link_or_copy(path, tmp / "draft" / path.name) for path in model_files(plan.draft_source))
         write_text_atomic(tmp / OPTIONS_FILE, options_yaml(plan))
         copy_adapters(plan.lora, tmp)
         manifest = build_manifest(
@@ -389,7 +381,7 @@ def _manifest_extra(plan: TorchPlan, linked: list[str], started: float) -> dict[
         "model_files_linked": linked.count("linked"),
         "model_files_copied": linked.count("copied"),
         "simulated": plan.simulated,
-        "options_file": OPTIONS_FILE,
+        "options_file": OPTIONS_FILE, "speculative": plan.speculative,
         "options": plan.options,
         "env": plan.env,
         "why": plan.why,

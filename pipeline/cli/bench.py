@@ -20,7 +20,10 @@ DurationOpt = Annotated[Optional[float], typer.Option("--duration", min=0.001, h
 WarmupCountOpt = Annotated[int, typer.Option("--warmup", min=0, help="Warm-up requests before measuring (excluded).")]
 IslOpt = Annotated[str, typer.Option("--isl", help="Input tokens MEAN[:STD] (exact, with the model's tokenizer).")]
 OslOpt = Annotated[str, typer.Option("--osl", help="Output tokens MEAN[:STD] (forced with min_tokens).")]
-DatasetOpt = Annotated[Optional[Path], typer.Option("--dataset", help="JSONL prompts: {\"text_input\": ..., \"max_tokens\": N} per line.")]
+DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", help="chat, summarization, code (built-in sets) or a JSONL FILE: {\"text_input\": ...} or an OpenAI chat log {\"messages\": [...]} per line, optional \"max_tokens\".")]
+SpeculativeOpt = Annotated[bool, typer.Option("--speculative", help="--url serves speculation: run the same workload on --baseline too; acceptance, speedup per concurrency, break-even.")]
+BaselineOpt = Annotated[Optional[str], typer.Option("--baseline", help="URL of the same model served without speculation (implies --speculative).")]
+BaselineModelOpt = Annotated[Optional[str], typer.Option("--baseline-model", help="Model to bench at --baseline (default: --model).")]
 TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: the served preprocessing model's tokenizer_dir).")]
 SloOpt = Annotated[Optional[List[str]], typer.Option("--slo", help="Gate NAME=VALUE (repeat): ttft_p99_ms, tpot_p99_ms, latency_p95_ms, error_rate, output_tok_s.")]
 MetricsUrlOpt = Annotated[Optional[str], typer.Option("--metrics-url", help="Prometheus endpoint (default http://HOST:8002/metrics when --url uses 8001).")]
@@ -85,11 +88,16 @@ def bench(
     quant: BenchQuantOpt = None,
     lora_mix: LoraMixOpt = None,
     lora_source: LoraSourceOpt = None,
+    speculative: SpeculativeOpt = False,
+    baseline: BaselineOpt = None,
+    baseline_model: BaselineModelOpt = None,
     out: OutDirOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Measure TTFT, TPOT, latency and throughput of a served model; gate on SLOs (exit 4 when one fails)."""
     from pipeline.bench import BenchEvents, BenchSpec, Dist, parse_slo, run_bench
+    from pipeline.bench.datasets import resolve_dataset
+    from pipeline.bench.speculative import run_speculative_bench
     from pipeline.bench.gates import FAILED_COLUMNS, failed_rows, require_pass
     from pipeline.bench.lora_mix import parse_lora_mix
 
@@ -97,7 +105,9 @@ def bench(
     spec = BenchSpec(
         url=url, model=model, endpoint=endpoint, concurrency=_ints(concurrency, "--concurrency"),
         rate=_floats(rate, "--rate") if rate else (), arrival=arrival, requests=requests, duration_s=duration,
-        warmup=warmup, isl=Dist.parse(isl, what="--isl"), osl=Dist.parse(osl, what="--osl"), dataset=dataset,
+        warmup=warmup, isl=Dist.parse(isl, what="--isl"), osl=Dist.parse(osl, what="--osl"),
+        dataset=resolve_dataset(dataset) if dataset else None, speculative=speculative or baseline is not None,
+        baseline=baseline, baseline_model=baseline_model,
         tokenizer=tokenizer, slo=tuple(parse_slo(s) for s in slo or ()), out=out, metrics_url=metrics_url, seed=seed,
         request_timeout_s=request_timeout, perf_metrics=perf_metrics, prefill_decode=prefill_decode,
         pd_isl=_ints(pd_isl, "--pd-isl"), pd_osl=_ints(pd_osl, "--pd-osl"), gpu=gpu, quant=quant,
@@ -115,7 +125,14 @@ def bench(
             if task["id"] is not None:
                 progress.advance(task["id"])
 
-        result = run_bench(spec, events=BenchEvents(on_level=on_level, on_done=on_done))
+        events = BenchEvents(on_level=on_level, on_done=on_done)
+        if spec.speculative:
+            compared = run_speculative_bench(spec, events=events)
+        else:
+            result = run_bench(spec, events=events)
+    if spec.speculative:
+        _print_speculative(compared)
+        return
     for note in result.notes:
         OUT.warn(note)
     _print(result)
@@ -148,3 +165,20 @@ def _print(result) -> None:
     if rows:  # --lora-mix: each adapter against base requests
         OUT.stderr.print(simple_table("LoRA adapters against base", ROW_COLUMNS, rows))
     OUT.result(summary, table=table, text=text)
+
+
+def _print_speculative(result) -> None:
+    def f(value, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    rows = [[str(r["concurrency"]), f(r["acceptance_rate"]), f(r["tokens_per_step"]), f"{f(r['ttft_ms_base'], 1)} / {f(r['ttft_ms_spec'], 1)}",
+             f"{f(r['tpot_ms_base'])} / {f(r['tpot_ms_spec'])}", f"{f(r['output_tok_s_base'], 1)} / {f(r['output_tok_s_spec'], 1)}",
+             f(r["speedup"])] for r in result.levels]
+    table = simple_table(f"speculation at {result.spec.url} vs {result.spec.baseline}",
+                         ["c", "acceptance", "tokens/step", "TTFT p50 ms base/spec", "TPOT p50 ms base/spec",
+                          "out tok/s base/spec", "speedup"], rows)
+    for note in result.notes:
+        OUT.warn(note)
+    where = ("pays at every measured concurrency" if result.break_even is None
+             else f"break-even concurrency {result.break_even}: speculation stops paying there")
+    OUT.result(result.as_dict(), table=table, text=f"Speculation {where}.\nReports: {result.out_dir}")

@@ -40,6 +40,14 @@ MaxLoraRankOpt = Annotated[Optional[int], typer.Option(
     "--max-lora-rank", min=1, help="Largest adapter rank the engine serves (default: the largest --lora rank).")]
 LoraModulesOpt = Annotated[Optional[list[str]], typer.Option(
     "--lora-target-modules", help="NVIDIA module names LoRA applies to (default: every module the adapters target).")]
+SpeculativeOpt = Annotated[Optional[str], typer.Option(
+    "--speculative", help="Speculative decoding: draft-target (--draft), lookahead (engine), ngram or eagle3 (--backend pytorch).")]
+DraftOpt = Annotated[Optional[str], typer.Option(
+    "--draft", help="The draft model (draft-target: a smaller model with the target's tokenizer; eagle3: an EAGLE-3 head): "
+    "a folder or a model downloaded under build/.")]
+MaxDraftOpt = Annotated[Optional[int], typer.Option("--max-draft-len", help="Draft tokens verified per step (default 4; eagle3 3).")]
+NgramOpt = Annotated[Optional[int], typer.Option("--max-matching-ngram-size", help="ngram: longest n-gram matched (default 2).")]
+LookaheadOpt = Annotated[Optional[str], typer.Option("--lookahead", help="lookahead: W,N,G (default 4,4,4).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (command, profile, memory estimate); build nothing.")]
 
 
@@ -70,6 +78,11 @@ def build(
     lora: LoraOpt = None,
     max_lora_rank: MaxLoraRankOpt = None,
     lora_target_modules: LoraModulesOpt = None,
+    speculative: SpeculativeOpt = None,
+    draft: DraftOpt = None,
+    max_draft_len: MaxDraftOpt = None,
+    max_matching_ngram_size: NgramOpt = None,
+    lookahead: LookaheadOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -77,6 +90,7 @@ def build(
     """Build the engine (or, with --backend pytorch, the LLM-API deployable) for a GPU and goal into
     build/<model>/engines/<profile-id>/ (a no-op when it exists)."""
     from pipeline.build import BuildSpec, build_engine, plan_build
+    from pipeline.build.speculative import speculative_spec
 
     set_json(json_output)
     spec = BuildSpec(
@@ -86,6 +100,7 @@ def build(
         backend=backend, slo=slo, slo_isl=isl, slo_osl=osl, calibrate=tuple(calibrate or ()),
         lora=tuple(lora or ()), max_lora_rank=max_lora_rank,
         lora_target_modules=tuple(lora_target_modules or ()),
+        speculative=speculative_spec(speculative, draft, max_draft_len, max_matching_ngram_size, lookahead),
     )
     pytorch = backend == "pytorch"
     if dry_run:
@@ -147,11 +162,15 @@ def plan_text(plan) -> str:
     ]
     if plan.lora:
         lines.append(_lora_line(plan.lora))
+    if plan.speculative:
+        lines.append(f"speculative {plan.speculative}" + (f"  draft {plan.draft}" if plan.draft else ""))
     if plan.command:
         parts = plan.command_line.split(" --")
         lines.append("command     " + " \\\n              --".join(parts))
         lines.append("why")
         lines.extend(f"  {f.name} {' '.join([f.value or '', *f.extra])}: {f.why}" for f in plan.flags if f.why)
+    if plan.draft_command:
+        lines.append("draft       " + " ".join(plan.draft_command))
     for note in plan.notes:
         lines.append(f"note        {note}")
     return "\n".join(lines)

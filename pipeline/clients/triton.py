@@ -79,6 +79,24 @@ def perf_times(result) -> dict[str, int]:
     return {name: int(value.reshape(-1)[0]) for name, value in values.items() if value is not None and value.size}
 
 
+# Speculative decoding's per-request counts, returned beside the timestamps when return_perf_metrics is set:
+# acceptance_rate FP32 [1], total_accepted_draft_tokens INT32 [1], total_draft_tokens INT32 [1] on tensorrt_llm, the
+# ensemble and the BLS (tensorrtllm_backend@c2e65b88 all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt:565,570,575;
+# ensemble L336-346; BLS L377-387) and on the LLM-API model (which may send them as strings: float() reads both).
+SPECULATION_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+
+
+def speculation_counts(result) -> dict[str, float]:
+    """The speculation outputs one response carries, by name (empty: none sent)."""
+    out = {}
+    for name in SPECULATION_OUTPUTS:
+        value = result.as_numpy(name)
+        if value is not None and value.size:
+            item = value.reshape(-1)[0]
+            out[name] = float(item.decode() if isinstance(item, bytes) else item)
+    return out
+
+
 def text_pieces(result) -> list[bytes] | None:
     """text_output's elements as raw UTF-8 bytes (joined by the caller, so a character split across
     responses decodes whole); None when the response has no text_output."""

@@ -175,7 +175,8 @@ def pod_sizing(ctx: Ctx) -> dict[str, Any]:
     Each rank deserializes its engine in host memory before copying it to the GPU, so a pod needs its
     share of the engine (x1.25) plus a base for Triton, tokenizers and MPI. A PyTorch-backend pod loads
     the whole checkpoint, not a share: PYTORCH_LOADER_FACTOR says why. The reference runtime keeps the
-    whole checkpoint in RAM (fp32 plus transformers' working copies: x2.5)."""
+    whole checkpoint in RAM (fp32 plus transformers' working copies: x2.5). A draft-target build's draft (its own
+    build folder at <build>/draft/, loaded by the same server) is in size_bytes and sized as the target is."""
     gib = 1 << 30
     share = ctx.served.size_bytes / ctx.layout.pods_per_replica / gib
     # every Python-backend instance (stub process) maps its own /dev/shm region

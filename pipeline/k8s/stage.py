@@ -15,6 +15,7 @@ from pipeline.core.deployable import read_deployable
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import get_gpu
 from pipeline.k8s.deploy import deploy_text, dockerfile, next_steps, notes_for
+from pipeline.build.speculative import DRAFT_SUBDIR
 from pipeline.k8s.inputs import bundle_for, engine_bytes, find_engine, profile_from_engine, python_stub_count
 from pipeline.k8s.layout import Ctx, Layout, Served, default_name, one_pod_per_replica, plan_layout
 from pipeline.k8s.monitoring import (
@@ -108,7 +109,9 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     serving = serving_for(spec, engine_dir, profile)
     layout = plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node)
     one_pod_per_replica(layout, spec, serving)  # before any bundle
-    size = engine_bytes(engine_dir)
+    size = engine_bytes(engine_dir)  # with a draft-target build's <build>/draft/: the server loads both
+    draft = engine_dir / DRAFT_SUBDIR
+    draft_size = engine_bytes(draft) if draft.is_dir() else 0
     batch, env = 0, ()
     if serving == "ensemble":
         bundle_dir = bundle_for(spec, engine_dir, profile)
@@ -127,7 +130,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
     out = Path(spec.out).resolve() if spec.out else stage_dir(profile.model, "k8s", profile.id + ("-openai" if serving == "openai" else ""))
     options = spec.model_dump(mode="json", exclude={"out", "force", "profile_id", "engine_dir"})
     inputs = {"profile": profile.model_dump(mode="json"), "spec": options, "bundle": bundle_hash,
-              "bundle_dir": str(bundle_dir), "engine_bytes": size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
+              "bundle_dir": str(bundle_dir), "engine_bytes": size, "draft_bytes": draft_size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
     inputs_hash = sha256_json(inputs)
     names = list(files) + ["kustomization.yaml", "Dockerfile", "DEPLOY.md"]
     steps = next_steps(spec, out, bundle_dir)

@@ -105,7 +105,8 @@ def render_llmapi(spec):
         raise StageFailedError(f"The template folder {templates} has no {TEMPLATE_DIR}/{MODEL}/ (the LLM-API model).",
                                hint="Unset PIPELINE_TEMPLATES_DIR, or copy model_repo_templates/llmapi/ into it.")
     options = relocate_lora_dirs(options, folder, bundle.engine_path(root))  # the adapters, where the bundle holds them
-    context = llmapi_context(options, runtime, bundle.engine_path(root) / MODEL_SUBDIR, spec.decoupled,
+    context = llmapi_context(draft_under_root(options, folder, bundle.engine_path(root)), runtime,
+                             bundle.engine_path(root) / MODEL_SUBDIR, spec.decoupled,
                              deployable.simulated if runtime == "reference" else None)
     inputs = {"spec": spec.model_dump(mode="json", exclude={"force"}), "runtime": runtime, "options": options,
               "deployable": bundle.tree_identity(folder), "templates": templates_hash(templates),
@@ -132,6 +133,17 @@ def render_llmapi(spec):
         write_json_atomic(tmp / "manifest.json", build_manifest(
             ArtifactOrigin("render", inputs, inputs_hash, ("jinja2", "tritonclient")), tmp, started, extra=extra, files=bundle.bundle_files(tmp, folder)))
     return result(checks, False, summary)
+
+
+def draft_under_root(options: dict, folder: Path, engine_root: Path) -> dict:
+    """speculative_config.speculative_model_dir names the deployable's draft/ (pipeline/build/pytorch_speculative.py):
+    in the bundle it is that folder under the bundle's root."""
+    config = options.get("speculative_config")
+    draft = config.get("speculative_model_dir") if isinstance(config, dict) else None
+    if not isinstance(draft, str) or not Path(draft).is_absolute() or not Path(draft).is_relative_to(Path(folder).resolve()):
+        return options
+    moved = str(engine_root / Path(draft).relative_to(Path(folder).resolve()))
+    return {**options, "speculative_config": {**config, "speculative_model_dir": moved}}
 
 
 def llmapi_context(options: dict, runtime: str, model_path: Path, decoupled: bool,

@@ -43,7 +43,8 @@ def test_table_names_the_release_commit_and_holds_the_four_classes():
     assert {r["commit"] for r in rows if r["class"] == "LoraConfig"} == {"037d4ba10931"}  # lora_helper.py's copy
     assert len({(r["class"], r["field"]) for r in rows}) == len(rows)  # no duplicate field
     keys = table_keys()
-    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig", "LoraConfig"}
+    assert set(keys) == {"BaseLlmArgs", "TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig", "LoraConfig",
+                         "DecodingBaseConfig", "EagleDecodingConfig", "NGramDecodingConfig"}  # speculative_config's classes
     assert {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"} <= keys["LoraConfig"]
     assert {"max_batch_size", "max_num_tokens", "max_seq_len", "tensor_parallel_size", "kv_cache_config",
             "backend"} <= keys["BaseLlmArgs"]

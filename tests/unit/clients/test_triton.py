@@ -100,3 +100,28 @@ def test_declared_inputs_leave_the_undeclared_optional_ones_out() -> None:
                                                                           "min_tokens"}))}
     assert sent == {"text_input", "max_tokens", "stream", "min_tokens"}
     assert "exclude_input_in_output" in {i.name() for i in build_inputs(request)}
+
+
+def test_speculation_counts_are_read_with_nvidias_names_and_dtypes() -> None:
+    """acceptance_rate FP32 [1], total_accepted_draft_tokens / total_draft_tokens INT32 [1] (fact 1.20); the LLM-API
+    model may send them as strings (fact 2.18): both read as numbers, and the bench's chunk carries them."""
+    from tritonclient.grpc import InferResult, service_pb2
+    from tritonclient.utils import serialize_byte_tensor
+
+    from pipeline.bench.transport import _chunk
+    from pipeline.clients.triton import speculation_counts
+
+    response = service_pb2.ModelInferResponse(model_name="ensemble", id="1")
+    for name, datatype, array in (("acceptance_rate", "FP32", np.array([[0.75]], dtype=np.float32)),
+                                  ("total_accepted_draft_tokens", "INT32", np.array([[12]], dtype=np.int32)),
+                                  ("total_draft_tokens", "INT32", np.array([[16]], dtype=np.int32))):
+        response.outputs.add(name=name, datatype=datatype, shape=[1, 1])
+        response.raw_output_contents.append(array.tobytes())
+    counts = {"acceptance_rate": 0.75, "total_accepted_draft_tokens": 12.0, "total_draft_tokens": 16.0}
+    assert speculation_counts(InferResult(response)) == counts
+    assert _chunk(InferResult(response), perf_metrics=True).perf == counts
+    text = service_pb2.ModelInferResponse(model_name="tensorrt_llm", id="1")
+    text.outputs.add(name="total_draft_tokens", datatype="BYTES", shape=[1])
+    text.raw_output_contents.append(serialize_byte_tensor(np.array([b"16"], dtype=np.object_)).item())
+    assert speculation_counts(InferResult(text)) == {"total_draft_tokens": 16.0}
+    assert speculation_counts(_response([b"x"])) == {}

@@ -60,3 +60,31 @@ def test_engine_folder_without_profile(build_root: Path, tmp_path: Path) -> None
     folder.mkdir()
     (folder / "manifest.json").write_text(json.dumps({"stage": "build"}))
     assert run(["k8s", "render", "--engine", str(folder)]) == 2
+
+
+@pytest.mark.parametrize("case", ["h100-tp1", "cpu-reference"])
+def test_the_draft_model_is_counted_in_the_pod_memory(build_root: Path, case: str) -> None:
+    """A draft-target build holds the draft's own build folder at <build>/draft (pipeline/build/speculative.py): the
+    server loads it beside the target, so its bytes size the pod's memory and model volume as the target's do."""
+    import os
+
+    from pipeline.k8s import K8sSpec, render_k8s
+    from k8s_cases import load
+
+    def memory(result) -> int:
+        docs = load(result.out_dir)
+        workload = next(d for ds in docs.values() for d in ds if d["kind"] in ("Deployment", "LeaderWorkerSet"))
+        return int(workload["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"].removesuffix("Gi"))
+
+    profile, engine = make_engine(build_root, **CASES[case])
+    before = memory(render_k8s(K8sSpec(profile_id=profile.id, force=True)))
+    draft = engine / "draft"
+    draft.mkdir()
+    with open(draft / ("rank0.engine" if case != "cpu-reference" else "model.safetensors"), "wb") as f:
+        f.truncate(2 << 30)  # a 2 GiB draft (sparse: no disk used)
+    after_result = render_k8s(K8sSpec(profile_id=profile.id, force=True))
+    after = memory(after_result)
+    factor = 2.5 if case == "cpu-reference" else 1.25  # the reference runtime keeps fp32 copies; an engine is read once
+    assert after - before >= int(2 * factor)
+    inputs = json.loads((after_result.out_dir / "manifest.json").read_text())["inputs"]
+    assert inputs["draft_bytes"] == os.stat(draft / os.listdir(draft)[0]).st_size
