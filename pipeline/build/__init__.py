@@ -24,7 +24,8 @@ from pipeline.build.lora_build import engine_shape, lora_flags, lora_manifest, p
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
 from pipeline.build.runner import run_logged
-from pipeline.build.speculative import SpeculativeSpec
+from pipeline.build.draft import EnginePlanInputs, build_draft_engine, plan_speculation
+from pipeline.build.speculative import SpeculativeSpec, decide
 from pipeline.core.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, get_gpu
@@ -176,8 +177,6 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         return plan_pytorch(spec)
     gpu = get_gpu(spec.gpu)
     if spec.speculative is not None:  # refused before any file is read
-        from pipeline.build.speculative import decide
-
         decide(spec.speculative, backend=spec.backend, pp=spec.pp or 1, cpu=gpu.is_cpu)
     ckpt = _resolve_checkpoint(spec, gpu)
     notes: list[str] = []
@@ -215,8 +214,6 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     notes.extend(fit_notes)
     speculated = None
     if spec.speculative is not None:
-        from pipeline.build.draft import EnginePlanInputs, plan_speculation
-
         speculated = plan_speculation(spec.speculative, EnginePlanInputs(
             name=ckpt.model, checkpoint=ckpt.hf_dir if gpu.is_cpu and ckpt.hf_dir else ckpt.path, target=target,
             limits=limits, flags=flags, memory=memory, tokens_per_block=spec.tokens_per_block, gemm_plugin=spec.gemm_plugin))
@@ -373,8 +370,6 @@ def _build_trtllm(plan: BuildPlan, started: float, reporter: Reporter) -> BuildR
                                    f"the pinned {TRTLLM_VERSION}.")
         shutil.move(str(log_path), tmp / BUILD_LOG)
         if plan.draft_command:
-            from pipeline.build.draft import build_draft_engine
-
             build_draft_engine(plan, tmp, executable)
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, tmp)
