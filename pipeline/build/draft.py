@@ -186,7 +186,7 @@ def plan_speculation(spec: SpeculativeSpec, plan: EnginePlanInputs) -> EngineSpe
                 Flag(name="--workers", value=str(plan.target.tp), why="the draft's rank engine(s)")]
     if not cpu:
         flags.extend(Flag(name=name, value=value, why=why) for name, value, why in engine_flags(speculation))
-    return EngineSpeculation(record=speculation.record(), label=speculation.label(draft_name), flags=flags, memory=memory,
+    return EngineSpeculation(record=speculation.record(), label=speculation.label(draft_name, draft_ckpt), flags=flags, memory=memory,
                              draft_checkpoint=draft_ckpt, draft_flags=draft_flags, notes=notes)
 
 

@@ -75,6 +75,6 @@ def plan_torch_speculation(spec: SpeculativeSpec, target_dir: Path, target: Engi
     record = speculation.record()
     if draft is not None:
         record["draft_dir"] = DRAFT_SUBDIR
-    return TorchSpeculation(record=record, label=speculation.label(model_folder_name(spec.draft) if spec.draft else None),
+    return TorchSpeculation(record=record, label=speculation.label(model_folder_name(spec.draft) if spec.draft else None, draft),
                             config=torch_config(speculation, None), extra=extra, why=why, memory=memory,
                             draft_source=draft, notes=notes)

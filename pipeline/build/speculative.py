@@ -21,6 +21,7 @@ config.json's build_config["speculative"]); a draft-target build holds the draft
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -63,10 +64,12 @@ class Speculation(BaseModel):
     lookahead: tuple[int, int, int] | None = None
     draft_source: Path | None = None  # the draft's input folder (HF folder or TensorRT-LLM checkpoint)
 
-    def label(self, draft_name: str | None = None) -> str:
-        """The profile's `speculative` field: method, K and what else decides the build."""
+    def label(self, draft_name: str | None = None, draft_path: Path | None = None) -> str:
+        """The profile's `speculative` field: method, K and what else decides the build. The draft is named by its
+        folder name and a hash of where it is: two drafts in folders of one name (`hf`) are different profiles."""
         extra = {"ngram": f"-n{self.max_matching_ngram_size}", "lookahead": "-" + "-".join(map(str, self.lookahead or ()))}
-        return f"{self.method}-k{self.max_draft_len}{extra.get(self.method, '')}" + (f"-{draft_name}" if draft_name else "")
+        where = f"-{hashlib.sha256(str(Path(draft_path).resolve()).encode()).hexdigest()[:8]}" if draft_path else ""
+        return f"{self.method}-k{self.max_draft_len}{extra.get(self.method, '')}" + (f"-{draft_name}{where}" if draft_name else "")
 
     def record(self) -> dict[str, Any]:
         """manifest.json's "speculative" (and the reference folder's build_config["speculative"])."""

@@ -238,3 +238,13 @@ def test_engine_job_dry_run_carries_the_speculation(build_root, capsys):
     assert code == 0, err
     build_step = [s for s in json.loads(out)["steps"] if s["name"] == "build (dry run)"][0]
     assert "--speculative_decoding_mode lookahead_decoding --max_draft_len 23" in build_step["detail"]
+
+
+def test_two_drafts_in_folders_of_one_name_are_two_profiles(tmp_path):
+    """A draft is named by its folder (often `hf`) and where it is: two `hf` drafts must not share an engine folder."""
+    from pipeline.build.speculative import Speculation
+
+    speculation = Speculation(method="draft-target", max_draft_len=4)
+    first, second = (speculation.label("hf", tmp_path / side / "hf") for side in ("a", "b"))
+    assert first != second and first.startswith("draft-target-k4-hf-")
+    assert speculation.label("hf", tmp_path / "a" / "hf") == first  # stable for one draft
