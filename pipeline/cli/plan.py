@@ -13,6 +13,7 @@ from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, Pla
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.output import OUT, simple_table
 from pipeline.planner import PlanResult, PlanSpec, plan
+from pipeline.planner.entry import SpeculationInput
 
 PlanGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key from `pipeline gpus` (one configuration; --slo searches --gpus).")]
 PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16).")]
@@ -24,6 +25,13 @@ KvFractionOpt = Annotated[
     Optional[float],
     typer.Option("--kv-fraction", min=0.01, max=1.0, help="kv_cache_free_gpu_mem_fraction (default: 0.95 throughput, 0.9 latency)."),
 ]
+
+AcceptanceOpt = Annotated[Optional[float], typer.Option(
+    "--speculative-acceptance", min=0.0, max=1.0,
+    help="Predict speculative decoding at this per-token acceptance rate (bench --speculative measures it).")]
+DraftLenOpt = Annotated[int, typer.Option("--max-draft-len", min=1, help="Draft tokens per step, with --speculative-acceptance.")]
+DraftModelOpt = Annotated[Optional[Path], typer.Option("--draft-model", help="draft-target: the draft's HF folder or config.json (its decode steps count).")]
+TpotSloOpt = Annotated[Optional[float], typer.Option("--tpot-slo-ms", min=0.001, help="With --speculative-acceptance: the TPOT SLO the call is made for.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +57,10 @@ def plan_command(
     prices: PricesOpt = None,
     price: PriceOpt = None,
     calibrate: CalibrateOpt = None,
+    speculative_acceptance: AcceptanceOpt = None,
+    max_draft_len: DraftLenOpt = 4,
+    draft_model: DraftModelOpt = None,
+    tpot_slo_ms: TpotSloOpt = None,
     out: PlanOutOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -71,6 +83,8 @@ def plan_command(
     spec = PlanSpec(
         model=model, gpu=gpu, quant=quant or "fp16", kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction,
+        speculation=None if speculative_acceptance is None else SpeculationInput(
+            acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
     )
     result = plan(spec)
     OUT.result(result, table=_table(result))
@@ -113,4 +127,10 @@ def _table(result: PlanResult):
     rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
                                       f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "
                                       f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"])
+    if result.speculation is not None:
+        spec = result.speculation
+        rows.append([f"speculation (acceptance {spec.acceptance}, K {spec.max_draft_len})",
+                     f"{spec.tokens_per_step} tokens/step; speedup " + ", ".join(f"c={p.concurrency} {p.speedup:.2f}x" for p in spec.points)
+                     + (f"; break-even concurrency {spec.break_even_concurrency}" if spec.break_even_concurrency else "; pays at every batch")])
+        rows.append(["speculation: enable?", f"{'yes' if spec.enable else 'no'}: {spec.why}"])
     return simple_table("Capacity and latency plan (predictions from datasheet figures x fitted global efficiencies)", ["", "value"], rows)

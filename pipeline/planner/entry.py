@@ -12,7 +12,20 @@ from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, 
 from pipeline.planner.rates import EFFICIENCY
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
+from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, max_throughput, predict
+
+
+class SpeculationInput(BaseModel):
+    """`--speculative-acceptance`: predict speculative decoding from an acceptance rate (bench --speculative
+    measures one on your own prompts); a draft model's config adds its decode steps (draft-target)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    acceptance: float = Field(ge=0, le=1)
+    max_draft_len: int = Field(4, ge=1)
+    draft_model: Path | None = None
+    tpot_slo_ms: float | None = Field(None, gt=0)
 
 
 class PlanSpec(BaseModel):
@@ -30,6 +43,7 @@ class PlanSpec(BaseModel):
     concurrency: int = Field(1, ge=1)
     goal: Goal = "throughput"
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
+    speculation: SpeculationInput | None = None
 
 
 class PlanResult(BaseModel):
@@ -50,6 +64,7 @@ class PlanResult(BaseModel):
     prediction: Prediction | None
     max_throughput: ThroughputEstimate | None
     constants: dict[str, float]
+    speculation: SpeculationPlan | None = None
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -68,6 +83,13 @@ def plan(spec: PlanSpec) -> PlanResult:
     if memory.fits:
         prediction = predict(scenario, spec.concurrency, build=build)
         throughput = max_throughput(scenario, build=build)
+    speculation = None
+    if memory.fits and spec.speculation is not None:
+        wanted = spec.speculation
+        draft = None if wanted.draft_model is None else Scenario(
+            wanted.draft_model, spec.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
+        speculation = speculation_plan(scenario, SpeculationModel(wanted.acceptance, wanted.max_draft_len, draft),
+                                       spec.concurrency, build["max_batch_size"], wanted.tpot_slo_ms)
     return PlanResult(
         model={
             "name": model.name, "params_b": round(model.param_count / 1e9, 3), "layers": model.num_layers,
@@ -77,6 +99,6 @@ def plan(spec: PlanSpec) -> PlanResult:
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         memory=memory, fits=memory.fits, alternatives=options, build=build,
-        prediction=prediction, max_throughput=throughput, constants=EFFICIENCY.as_dict(),
+        prediction=prediction, max_throughput=throughput, constants=EFFICIENCY.as_dict(), speculation=speculation,
     )
 

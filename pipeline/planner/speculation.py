@@ -98,3 +98,30 @@ def recommend_speculation(point: SpeculationPoint, tpot_slo_ms: float | None = N
     meets = "" if tpot_slo_ms is None else (f"; TPOT {point.tpot_spec_ms:.2f} ms "
                                             f"{'meets' if point.tpot_spec_ms <= tpot_slo_ms else 'misses'} the SLO {tpot_slo_ms} ms")
     return True, f"speculation is {point.speedup:.2f}x faster at concurrency {point.concurrency}{meets}"
+
+
+class SpeculationPlan(BaseModel):
+    """`pipeline plan --speculative-acceptance`: the curve, its break-even and the call at the asked concurrency."""
+
+    model_config = ConfigDict(frozen=True)
+
+    acceptance: float
+    max_draft_len: int
+    draft_model: str | None
+    tokens_per_step: float
+    points: list[SpeculationPoint]
+    break_even_concurrency: int | None
+    enable: bool
+    why: str
+
+
+def speculation_plan(scenario: Scenario, spec: SpeculationModel, concurrency: int, max_batch_size: int,
+                     tpot_slo_ms: float | None = None) -> SpeculationPlan:
+    """Speedup at 1, 2, 4, ... up to the build's max_batch_size (and at `concurrency`); enable it at `concurrency`?"""
+    levels = sorted({1 << i for i in range(max(max_batch_size, 1).bit_length())} | {concurrency})
+    points = speculation_curve(scenario, spec, levels)
+    enable, why = recommend_speculation(next(p for p in points if p.concurrency == concurrency), tpot_slo_ms)
+    return SpeculationPlan(acceptance=spec.acceptance, max_draft_len=spec.max_draft_len,
+                           draft_model=spec.draft.model.name if spec.draft else None,
+                           tokens_per_step=round(tokens_per_step(spec.acceptance, spec.max_draft_len), 3), points=points,
+                           break_even_concurrency=break_even(points), enable=enable, why=why)

@@ -67,3 +67,25 @@ def test_plan_for_the_demo_model(demo_hf_dir: Path, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["model"]["tied_embeddings"] is True
     assert data["model"]["params_b"] == pytest.approx(0.1345, abs=0.001)
+
+
+def test_plan_predicts_speculation_from_an_acceptance_rate_and_says_whether_to_enable_it(capsys) -> None:
+    """`pipeline plan --speculative-acceptance`: the planner's speculation curve up to the build's batch, its
+    break-even, and the call at the asked concurrency (issue #24: the planner recommends it or not for the SLO)."""
+    from pipeline.planner.entry import SpeculationInput
+    from pipeline.planner.speculation import SpeculationModel, break_even, speculation_point
+
+    spec = P.PlanSpec(model=LLAMA_8B, gpu="h100", quant="fp8", isl=128, osl=128, concurrency=4,
+                      speculation=SpeculationInput(acceptance=0.7, max_draft_len=4, tpot_slo_ms=20))
+    result = P.plan(spec)
+    plan = result.speculation
+    assert plan is not None and plan.enable and plan.tokens_per_step == pytest.approx(2.773, abs=1e-3)
+    levels = [p.concurrency for p in plan.points]
+    assert levels[0] == 1 and levels[-1] <= result.build["max_batch_size"] and 4 in levels
+    scenario = P.Scenario(LLAMA_8B, "h100", "fp8", None, 1, 128, 128)
+    assert plan.points[0] == speculation_point(scenario, SpeculationModel(0.7, 4), 1)
+    assert plan.break_even_concurrency == break_even(plan.points)
+    never = P.plan(spec.model_copy(update={"speculation": SpeculationInput(acceptance=0.0)})).speculation
+    assert never is not None and not never.enable and never.break_even_concurrency == 1
+    assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "h100", "--speculative-acceptance", "1.5"]) == 2
+    assert "--speculative-acceptance" in capsys.readouterr().err
