@@ -1,5 +1,5 @@
-"""bench --speculative for real: the demo served twice on the CPU, built with n-gram speculation and without, the
-built-in summarization set (answers that copy from the prompt) through both. The server's acceptance counts arrive,
+"""bench --speculative for real: the demo served twice on the CPU, built with n-gram speculation and without (the
+session's demo server, same limits), the built-in summarization set (answers that copy from the prompt) through both. The server's acceptance counts arrive,
 the comparison and the break-even are computed from them, the reports are written; --speculative against the
 deployment built without it exits 2."""
 
@@ -12,27 +12,21 @@ import pytest
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-DEMO_BUILD_CONFIG = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}
+DEMO_BUILD_CONFIG = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}  # the session demo's
 NGRAM = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 2}
 
 
 @pytest.fixture(scope="module")
-def servers(demo_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    from contextlib import ExitStack
-
+def servers(demo_hf_dir: Path, demo_server, tmp_path_factory: pytest.TempPathFactory):
     from pipeline.build.reference_folder import write_reference_engine_dir
     from pipeline.render import RenderSpec, render
     from pipeline.serve import ServerSpec, start_server
 
     root = tmp_path_factory.mktemp("spec-bench")
-    served = {}
-    with ExitStack() as stack:
-        for name, extra in (("plain", {}), ("ngram", {"speculative": NGRAM})):
-            engine = write_reference_engine_dir(demo_hf_dir, root / name / "engine", {**DEMO_BUILD_CONFIG, **extra})
-            repo = render(RenderSpec(engine=engine, out=root / name / "repo")).repo
-            served[name] = stack.enter_context(start_server(ServerSpec(
-                repo=repo, log_file=root / f"{name}.log", ready_timeout_s=600, exit_timeout_s=5)))
-        yield served, root
+    engine = write_reference_engine_dir(demo_hf_dir, root / "ngram" / "engine", {**DEMO_BUILD_CONFIG, "speculative": NGRAM})
+    repo = render(RenderSpec(engine=engine, out=root / "ngram" / "repo")).repo
+    with start_server(ServerSpec(repo=repo, log_file=root / "ngram.log", ready_timeout_s=600, exit_timeout_s=5)) as ngram:
+        yield {"plain": demo_server, "ngram": ngram}, root
 
 
 def test_ngram_on_summarization_reports_acceptance_speedup_and_files(servers) -> None:
