@@ -52,8 +52,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --durations=25
 
+# test prints its 25 slowest tests (where CI time goes).
 # test-fast: every test that needs no demo model, no tritonserver and no long CPU work (markers in pyproject.toml)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not model and not server and not soak and not slow"
