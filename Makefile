@@ -51,10 +51,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
+# test prints its 25 slowest tests (where CI time goes).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests --durations=25
 
-# test prints its 25 slowest tests (where CI time goes).
 # test-fast: every test that needs no demo model, no tritonserver and no long CPU work (markers in pyproject.toml)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not model and not server and not soak and not slow"
