@@ -16,7 +16,7 @@ Which server:
   - a GPU deployable where trtllm-serve is missing and a GPU is present: refused (ToolMissingError) with the
     command to run where it is installed.
 
-The model answers under the name /v1/models gives (both servers: the model/ path they were started with).
+The model answers under the name /v1/models gives (every server: the model/ path it was started with).
 Lifecycle as for tritonserver (pipeline/serve/__init__.py): own process group, tied to this process by the
 parent-death signal (pipeline.core.processes.spawn), SIGTERM then SIGKILL for the group on stop, ready when
 GET /health and GET /v1/models answer 200, a log file, ports checked before the start.

@@ -10,6 +10,10 @@ What it follows (facts with their sources):
   - the server turns it into `LoRARequest(lora_name, lora_int_id, lora_path="", lora_ckpt_source="hf")`, which
     refuses a path that does not exist and a source other than hf/nemo (tensorrt_llm/executor/request.py, a
     1.1-period copy; the fact sheet 5.4). The reference runtime reads PEFT folders only (hf).
+  - the request fields and their defaults as trtllm-serve's CompletionRequest has them (NVIDIA/TensorRT-LLM
+    @54cf7be08a3582024dfa6791e8bb8b2034bfad67 tensorrt_llm/serve/openai_protocol.py, a later main copy, not pinned
+    to 1.1.0): max_tokens None (up to the context), temperature and top_p 1.0 when unset, top_k 0, min_tokens 0,
+    `lora_request: Optional[LoRARequest]`; `logprobs` and `suffix` refused.
 Two choices of ours, as elsewhere in the project: lora_int_id 0 is refused (NVIDIA's clients read 0 as "no
 LoRA"), and a request without lora_path names one of the deployable's own adapters by lora_name.
 """
@@ -23,7 +27,6 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 Endpoint = Literal["chat", "completions"]
-DEFAULT_COMPLETION_TOKENS = 16  # /v1/completions' max_tokens when the request has none (OpenAI's default)
 LORA_CKPT_SOURCES = ("hf", "nemo")
 
 
@@ -146,16 +149,16 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
         raise ApiError("The request body must be a JSON object.")
     if _number(body, "n", int, 1) != 1:
         raise ApiError("n must be 1: this server answers one choice per request.", param="n")
-    if body.get("echo") or body.get("logprobs") or body.get("best_of", 1) not in (None, 1):
-        raise ApiError("echo, logprobs and best_of are not served by the CPU's reference OpenAI server.")
+    refused = [key for key in ("echo", "logprobs", "suffix") if body.get(key)]
+    if refused or body.get("best_of", 1) not in (None, 1):
+        raise ApiError(f"{', '.join(refused) or 'best_of'}: not served by the CPU's reference OpenAI server.",
+                       param=(refused or ["best_of"])[0])
     prompt, prompt_ids, messages = None, None, ()
     if endpoint == "chat":
         messages = _messages(body)
-        max_tokens = _number(body, "max_completion_tokens", int, None)
-        max_tokens = _number(body, "max_tokens", int, max_tokens)
     else:
         prompt, prompt_ids = _prompt(body)
-        max_tokens = _number(body, "max_tokens", int, DEFAULT_COMPLETION_TOKENS)
+    max_tokens = _number(body, "max_tokens", int, _number(body, "max_completion_tokens", int, None))
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
     options = body.get("stream_options") or {}

@@ -34,7 +34,7 @@ def test_a_chat_request_with_the_clients_lora_request_is_parsed() -> None:
 
 def test_completions_defaults_and_one_prompt_in_a_list() -> None:
     request = parse_request({"prompt": ["Hello"]}, "completions")
-    assert request.prompt == "Hello" and request.max_tokens == 16 and request.lora is None
+    assert request.prompt == "Hello" and request.max_tokens is None and request.lora is None  # as trtllm-serve
     assert parse_request({"prompt": [1, 2, 3]}, "completions").prompt_ids == (1, 2, 3)
     assert parse_request({"messages": [{"role": "user", "content": "x"}]}, "chat").max_tokens is None  # to the context
     assert parse_request({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5},
@@ -69,6 +69,8 @@ def test_bad_lora_requests_are_400_with_the_field(lora, words: str) -> None:
     ({"prompt": "x", "max_tokens": 0}, "completions", "max_tokens"),
     ({"prompt": "x", "max_tokens": 2.5}, "completions", "max_tokens"),
     ({"prompt": "x", "n": 2}, "completions", "n"),
+    ({"prompt": "x", "logprobs": 1}, "completions", "logprobs"),
+    ({"prompt": "x", "suffix": "y"}, "completions", "suffix"),
     ({"prompt": "x", "temperature": -1}, "completions", "temperature"),
     ({"prompt": "x", "top_p": 0}, "completions", "top_p"),
     ({"prompt": "x", "stop": [""]}, "completions", "stop"),
