@@ -60,3 +60,38 @@ def peft_greedy(base: Path, adapter: Path | None, prompt_ids: list[int], max_new
     tokens = out.sequences[0, len(prompt_ids):].tolist()
     logprobs = [float(torch.log_softmax(score[0].float(), dim=-1)[token]) for score, token in zip(out.logits, tokens)]
     return tokens, logprobs
+
+
+def bench_lora_mix(url: str, source: Path, out: Path, capsys) -> dict:
+    """`pipeline bench --lora-mix sql=0.25,chat=0.25,base=0.5` (8 requests, concurrency 2) at `url`: each class
+    completed every request it was given, sql has its ratio to base; returns bench.json's first level."""
+    import json
+
+    from pipeline import cli
+
+    code = cli.run(["bench", "--url", url, "--concurrency", "2", "--requests", "8", "--warmup", "1",
+                    "--isl", "16", "--osl", "8", "--lora-mix", "sql=0.25,chat=0.25,base=0.5", "--lora-source", str(source),
+                    "--out", str(out), "--json"])
+    output = capsys.readouterr().out
+    assert code == 0, output[-2000:]
+    level = json.loads(next(Path(out).rglob("bench.json")).read_text())["levels"][0]
+    adapters = level["adapters"]
+    assert {k: v["requests"] for k, v in adapters.items()} == {"sql": 2, "chat": 2, "base": 4}
+    assert all(v["completed"] == v["requests"] for v in adapters.values())
+    assert adapters["sql"]["vs_base"]["ttft_p50"] is not None
+    return level
+
+
+def smoke_lora(url: str, *options: str, capsys) -> dict:
+    """`pipeline smoke --url URL --lora-task-id 1 OPTIONS... --json` passes, its lora check with it: the adapter's
+    answer differs from base and base is unchanged afterwards; returns the checks by name."""
+    import json
+
+    from pipeline import cli
+
+    code = cli.run(["smoke", "--url", url, "--lora-task-id", "1", *options, "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 0, [c for c in checks.values() if not c["passed"]]
+    assert checks["lora"]["passed"] and "differs from base" in checks["lora"]["detail"]
+    assert "unchanged" in checks["lora"]["detail"]
+    return checks

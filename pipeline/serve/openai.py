@@ -10,10 +10,13 @@ Which server:
     the CPU in float32, its paged KV cache sized from the options (kv_cache_config.tokens_per_block ->
     --cb-block-size, max_num_tokens -> --cb-max-batch-tokens, kv_cache_config.max_tokens -> --cb-num-blocks).
     It needs the extra `transformers[serving]` (fastapi, uvicorn, openai, ...);
+  - such a deployable that carries LoRA adapters (`pipeline build ... --lora`, its manifest's "lora"): our own
+    server over the reference runtime instead (pipeline/serve/openai_reference.py), which honours trtllm-serve's
+    per-request `lora_request` and mixes adapters in one batch (transformers serve does neither);
   - a GPU deployable where trtllm-serve is missing and a GPU is present: refused (ToolMissingError) with the
     command to run where it is installed.
 
-The model answers under the name /v1/models gives (both servers: the model/ path they were started with).
+The model answers under the name /v1/models gives (every server: the model/ path it was started with).
 Lifecycle as for tritonserver (pipeline/serve/__init__.py): own process group, tied to this process by the
 parent-death signal (pipeline.core.processes.spawn), SIGTERM then SIGKILL for the group on stop, ready when
 GET /health and GET /v1/models answer 200, a log file, ports checked before the start.
@@ -41,7 +44,7 @@ from pipeline.core.paths import new_log_file
 from pipeline.core.processes import ServerProcess, spawn
 from pipeline.core.tool_env import nvidia_environment
 
-Engine = Literal["trtllm-serve", "transformers"]
+Engine = Literal["trtllm-serve", "transformers", "reference"]
 SERVING_MODULES = ("fastapi", "uvicorn", "openai")  # transformers[serving], as `transformers serve` checks them
 STOP_TIMEOUT_S = 30.0
 
@@ -86,7 +89,7 @@ def choose_engine(deployable: Deployable) -> Engine:
     """trtllm-serve for a GPU deployable where it is installed; transformers for a CPU deployable, or an
     unquantized one on a machine without GPUs; otherwise refused with the command to run elsewhere."""
     if deployable.is_cpu:
-        return "transformers"
+        return _cpu_engine(deployable)
     if shutil.which("trtllm-serve"):
         return "trtllm-serve"
     from pipeline.core.host import known_gpu_key
@@ -95,12 +98,17 @@ def choose_engine(deployable: Deployable) -> Engine:
     command = " ".join(trtllm_command(deployable, "0.0.0.0", 8000))
     quantized = (deployable.model_dir / "hf_quant_config.json").is_file()
     if gpu == "cpu" and not quantized:
-        return "transformers"
+        return _cpu_engine(deployable)
     raise ToolMissingError(
         f"{deployable.path} is a GPU deployable and trtllm-serve is not installed here"
         + (" (and its ModelOpt-quantized weights do not load in transformers on the CPU)." if quantized else "."),
         hint=f"Run it where TensorRT-LLM 1.1 is installed (the NGC image nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3): "
         f"`{command}`; or build a CPU deployable (`pipeline build --backend pytorch --gpu cpu`).")
+
+
+def _cpu_engine(deployable: Deployable) -> Engine:
+    """The reference runtime's own server for a deployable with adapters, else transformers serve."""
+    return "reference" if (deployable.manifest.get("lora") or {}).get("task_ids") else "transformers"
 
 
 def _transformers_binary() -> str:
@@ -152,6 +160,10 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
     port = spec.http_port or free_port()
     if engine == "transformers":
         command = transformers_serve_command(deployable, spec.host, port, binary=_transformers_binary())
+    elif engine == "reference":
+        from pipeline.serve.openai_reference import reference_command
+
+        command = reference_command(deployable, spec.host, port)
     else:
         command = trtllm_command(deployable, spec.host, port)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
@@ -166,7 +178,7 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
     with open(log_file, "wb") as log:
         log.write(("# " + " ".join(command) + "\n").encode())
         log.flush()
-        # trtllm-serve starts MPI workers and ends them on SIGTERM; transformers serve is one process
+        # trtllm-serve starts MPI workers and ends them on SIGTERM; transformers serve and ours are one process
         process = spawn(command, death_signal=signal.SIGTERM if engine == "trtllm-serve" else signal.SIGKILL,
                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     server = OpenAIServer(spec, engine, process, log_file, command, port)

@@ -5,12 +5,9 @@ One server start covers every check."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lora_cases import ATTENTION, MLP, make_adapter
-from pipeline import cli
+from lora_cases import ATTENTION, MLP, bench_lora_mix, make_adapter, smoke_lora
 
 pytestmark = pytest.mark.server
 
@@ -34,24 +31,10 @@ def lora_server(demo_hf_dir, session_build_root, tmp_path_factory):
 
 def test_smoke_lora_check_passes(lora_server, capsys):
     server, engine, _ = lora_server
-    code = cli.run(["smoke", "--url", server.grpc_url, "--lora-task-id", "1", "--skip", "too_long_prompt", "--json"])
-    data = json.loads(capsys.readouterr().out)
-    checks = {c["name"]: c for c in data["checks"]}
-    assert code == 0, [c for c in data["checks"] if not c["passed"]]
-    assert checks["lora"]["passed"] and "differs from base" in checks["lora"]["detail"]
-    assert "unchanged" in checks["lora"]["detail"]
+    smoke_lora(server.grpc_url, "--skip", "too_long_prompt", capsys=capsys)
 
 
 def test_bench_lora_mix_reports_adapters_against_base(lora_server, tmp_path, capsys):
     server, engine, repo = lora_server
-    code = cli.run(["bench", "--url", server.grpc_url, "--concurrency", "2", "--requests", "8", "--warmup", "1",
-                    "--isl", "16", "--osl", "8", "--lora-mix", "sql=0.25,chat=0.25,base=0.5", "--lora-source", str(repo),
-                    "--out", str(tmp_path), "--json"])
-    out = capsys.readouterr().out
-    assert code == 0, out[-2000:]
-    bench = json.loads(next(tmp_path.rglob("bench.json")).read_text())
-    adapters = bench["levels"][0]["adapters"]
-    assert {k: v["requests"] for k, v in adapters.items()} == {"sql": 2, "chat": 2, "base": 4}
-    assert all(v["completed"] == v["requests"] for v in adapters.values())
-    assert adapters["sql"]["vs_base"]["ttft_p50"] is not None
+    bench_lora_mix(server.grpc_url, repo, tmp_path, capsys)
     assert "## LoRA adapters against base requests" in next(tmp_path.rglob("summary.md")).read_text()
