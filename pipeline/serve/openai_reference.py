@@ -82,7 +82,7 @@ class ReferenceHost:
                                       lora=settings)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
         self.tokenizer_lock = threading.Lock()  # a fast tokenizer is one Rust object: one thread at a time
-        config = AutoConfig.from_pretrained(str(model_dir))
+        config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
         text = getattr(config, "text_config", None) or config
         self.shape = (int(text.hidden_size), int(text.num_hidden_layers), settings.max_rank, settings.target_modules)
         self.model = str(model_dir)
