@@ -203,8 +203,8 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     chosen = slo_plan or {}  # an SLO build is for its ISL/OSL unless the lengths are given
     limits = default_limits(target, max_input_len=spec.max_input_len or chosen.get("isl"),
                             max_seq_len=spec.max_seq_len or (chosen["isl"] + chosen["osl"] if chosen else None),
-                            max_batch_size=spec.max_batch_size or (slo_plan or {}).get("max_batch_size"),
-                            max_num_tokens=spec.max_num_tokens or (slo_plan or {}).get("max_num_tokens"))
+                            max_batch_size=spec.max_batch_size or chosen.get("max_batch_size"),
+                            max_num_tokens=spec.max_num_tokens or chosen.get("max_num_tokens"))
     if gpu.is_cpu:
         flags: list[Flag] = []
     else:
