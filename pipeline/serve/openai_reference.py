@@ -123,9 +123,7 @@ class ReferenceHost:
             converted = to_trtllm_lora(load_peft_adapter(path), layout.dtype,
                                        LoraTarget(hidden, layers, max_rank, modules or None))
             self.engine.lora.cache.put(parse_adapter(choice.task_id, converted.weights, converted.config, layout))
-        except PipelineError as error:
-            raise ApiError(f"lora_request {choice.name!r}: {error}", param="lora_request") from None
-        except RequestError as error:
+        except (PipelineError, RequestError) as error:
             raise ApiError(f"lora_request {choice.name!r}: {error}", param="lora_request") from None
         LOG.info("LoRA: adapter %s (lora_int_id %d) converted from %s", choice.name, choice.task_id, path)
 
