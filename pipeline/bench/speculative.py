@@ -27,6 +27,7 @@ from pipeline.bench import metrics as M
 from pipeline.bench.session import BenchEvents, BenchResult, run_bench, report_dir, served_model_info
 from pipeline.bench.spec import BenchSpec
 from pipeline.bench.transport import ModelInfo, Transport
+from pipeline.build.speculative import recorded_speculation
 from pipeline.core.errors import InvalidInputError
 
 CSV_FIELDS = ("concurrency", "acceptance_rate", "accepted_per_step", "tokens_per_step", "ttft_ms_base", "ttft_ms_spec",
@@ -69,29 +70,6 @@ class SpeculativeResult:
                 "notes": self.notes, "files": self.files}
 
 
-def engine_speculation(folder: Path) -> dict[str, Any] | None | bool:
-    """A build folder's speculation: the manifest's "speculative" record, else config.json's build_config
-    (the reference folder's "speculative"; trtllm-build's speculative_decoding_mode and max_draft_len); None when the
-    folder says it was built without; False when it is no build folder this can read."""
-    import json
-
-    from pipeline.core.artifacts import read_manifest
-
-    manifest = read_manifest(folder) or {}
-    if isinstance(manifest.get("speculative"), dict):
-        return manifest["speculative"]
-    try:
-        build = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("build_config") or {}
-    except (OSError, ValueError, AttributeError):
-        return None if manifest.get("stage") == "build" else False
-    if isinstance(build.get("speculative"), dict):
-        return build["speculative"]
-    mode = build.get("speculative_decoding_mode")
-    if mode not in (None, "", 1, "SpeculativeDecodingMode.NONE"):  # 1: the NONE flag of trtllm's IntFlag
-        return {"method": str(mode), "max_draft_len": build.get("max_draft_len")}
-    return None
-
-
 def served_speculation(url: str, contract: str) -> ServedSpeculation:
     """Read the repository behind a Triton server: the tensorrt_llm model's gpt_model_path (the engine or reference
     folder, with its manifest.json and config.json), else the BLS's tensorrt_llm_draft_model_name parameter."""
@@ -114,7 +92,7 @@ def served_speculation(url: str, contract: str) -> ServedSpeculation:
     finally:
         client.close()
     if engine and Path(engine).is_dir():
-        found = engine_speculation(Path(engine))
+        found = recorded_speculation(Path(engine))
         if found is not False:
             return ServedSpeculation(found, True, f"{engine}/manifest.json")
     if draft_model and "${" not in draft_model:

@@ -266,3 +266,27 @@ def check_same_vocabulary(target: Path, draft: Path, method: str) -> None:
         raise InvalidInputError(f"The draft {draft} has {detail}: its token ids mean something else to the target.",
                                 hint="Use a draft of the same model family and tokenizer (e.g. a smaller Llama 3 for a Llama 3 "
                                 "target), or a draft-free method (ngram / lookahead).")
+
+
+def recorded_speculation(folder: Path, config: dict | None = None) -> dict[str, Any] | None | bool:
+    """A build folder's speculation: the manifest's "speculative" record, else config.json's build_config (the
+    reference folder's "speculative"; trtllm-build's speculative_decoding_mode and max_draft_len). None when the
+    folder says it was built without; False when it is no build folder this can read. `config`: its config.json,
+    when the caller has read it already."""
+    from pipeline.core.artifacts import read_manifest
+
+    manifest = read_manifest(folder) or {}
+    if isinstance(manifest.get("speculative"), dict):
+        return dict(manifest["speculative"])
+    if config is None:
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None if manifest.get("stage") == "build" else False
+    build = (config.get("build_config") if isinstance(config, dict) else None) or {}
+    if isinstance(build.get("speculative"), dict):
+        return dict(build["speculative"])
+    mode = build.get("speculative_decoding_mode")
+    if mode not in (None, "", 1, "SpeculativeDecodingMode.NONE"):  # 1: the NONE flag of trtllm's IntFlag
+        return {"method": str(mode), "max_draft_len": build.get("max_draft_len")}
+    return None

@@ -17,15 +17,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.core.artifacts import read_manifest
+from pipeline.build.speculative import recorded_speculation
 from pipeline.core.errors import InvalidInputError
 
 DRAFT_MODEL = "tensorrt_llm_draft"
 
 
 def speculative_record(engine: Path, config: dict) -> dict | None:
-    record = (config.get("build_config") or {}).get("speculative") or (read_manifest(Path(engine)) or {}).get("speculative")
-    return dict(record) if record else None
+    """The engine's speculation record (build.speculative.recorded_speculation), None without one."""
+    return recorded_speculation(Path(engine), config) or None
 
 
 def draft_engine(engine: Path, record: dict | None) -> Path | None:

@@ -12,8 +12,9 @@ from bench_fakes import FakeTransport, Script, VirtualTime, WhitespaceTokenizer,
 from pipeline.bench.runner import Runner
 from pipeline.bench.session import BenchResult, LevelDriver, measure
 from pipeline.bench.spec import BenchSpec
-from pipeline.bench.speculative import (ServedSpeculation, SpeculativeResult, break_even, compare, engine_speculation,
+from pipeline.bench.speculative import (ServedSpeculation, SpeculativeResult, break_even, compare,
                                         require_speculation, run_speculative_bench, write_speculative)
+from pipeline.build.speculative import recorded_speculation
 from pipeline.core.errors import InvalidInputError
 
 LEVELS = (1, 2, 4, 8)
@@ -111,17 +112,17 @@ def _build_folder(folder: Path, manifest: dict, build_config: dict | None = None
 
 def test_a_deployment_built_without_speculation_is_refused_with_what_works(tmp_path):
     plain = _build_folder(tmp_path / "plain", {}, {"max_batch_size": 8})
-    assert engine_speculation(plain) is None
+    assert recorded_speculation(plain) is None
     with pytest.raises(InvalidInputError, match="built without speculation") as caught:
-        require_speculation(ServedSpeculation(engine_speculation(plain), True, f"{plain}/manifest.json"), "h:8001")
+        require_speculation(ServedSpeculation(recorded_speculation(plain), True, f"{plain}/manifest.json"), "h:8001")
     assert "pipeline build --speculative" in caught.value.hint
     record = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 2}
-    assert engine_speculation(_build_folder(tmp_path / "spec", {"speculative": record})) == record
+    assert recorded_speculation(_build_folder(tmp_path / "spec", {"speculative": record})) == record
     reference = _build_folder(tmp_path / "ref", {}, {"speculative": record})
-    assert engine_speculation(reference) == record
+    assert recorded_speculation(reference) == record
     engine = _build_folder(tmp_path / "engine", {}, {"speculative_decoding_mode": "draft_tokens_external", "max_draft_len": 4})
-    assert engine_speculation(engine) == {"method": "draft_tokens_external", "max_draft_len": 4}
-    assert engine_speculation(tmp_path) is False  # no build folder: unknown, not refused
+    assert recorded_speculation(engine) == {"method": "draft_tokens_external", "max_draft_len": 4}
+    assert recorded_speculation(tmp_path) is False  # no build folder: unknown, not refused
     require_speculation(ServedSpeculation(None, False, "remote"), "h:8001")  # unknown: not refused
 
 
