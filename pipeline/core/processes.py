@@ -132,6 +132,17 @@ def spawn(argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **popen_kw
     return _SPAWNER.popen(lambda: subprocess.Popen(command, **popen_kwargs))
 
 
+def spawn_logged(argv: Sequence[str], log_file: Path, *, env: dict[str, str], death_signal: int) -> subprocess.Popen:
+    """A server process in its own session, tied to this one (spawn), writing stdout and stderr to log_file, whose
+    first line is the command line (`# ...`); stdin closed. The log file's folder is created."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "wb") as log:
+        log.write(("# " + " ".join(argv) + "\n").encode())
+        log.flush()
+        return spawn(argv, death_signal=death_signal, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                     env=env, start_new_session=True)
+
+
 def start_as_daemons(start: Callable[[], None]) -> None:
     """Call start() on a short-lived daemon thread and wait for it: the threads start() creates without
     saying are daemons then (a Thread's daemon flag defaults to that of the thread creating it), so they

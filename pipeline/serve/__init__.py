@@ -33,7 +33,7 @@ from pipeline.core.artifacts import read_manifest
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
 from pipeline.core.host import known_gpu_key
 from pipeline.core.paths import new_log_file
-from pipeline.core.processes import ServerProcess, spawn
+from pipeline.core.processes import ServerProcess, spawn_logged
 from pipeline.serve.health import wait_ready, warm_up
 from pipeline.core.tool_env import nvidia_environment, pipeline_environment
 from pipeline.serve.triton_binary import TritonBinary, find_tritonserver
@@ -275,17 +275,11 @@ def start_server(spec: ServerSpec, *, binary: TritonBinary | None = None) -> Tri
     else:
         command = tritonserver_command(spec, binary)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file("tritonserver")
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     env = server_environment(spec.repo, binary)
     started = time.monotonic()
-    with open(log_file, "wb") as log:
-        log.write(("# " + " ".join(command) + "\n").encode())
-        log.flush()
-        # Tied to this process: if it dies (even by kill -9), the kernel kills tritonserver (mpirun gets SIGTERM
-        # instead, which it forwards to its ranks), and the server's reaper kills the stubs and removes their regions.
-        process = spawn(command, death_signal=signal.SIGTERM if spec.world_size > 1 else signal.SIGKILL,
-                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                        start_new_session=True)
+    # Tied to this process: if it dies (even by kill -9), the kernel kills tritonserver (mpirun gets SIGTERM
+    # instead, which it forwards to its ranks), and the server's reaper kills the stubs and removes their regions.
+    process = spawn_logged(command, log_file, env=env, death_signal=signal.SIGTERM if spec.world_size > 1 else signal.SIGKILL)
     server = TritonServer(spec, process, log_file, command)
     try:
         wait_ready(server, spec.ready_timeout_s)

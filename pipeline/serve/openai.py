@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.core.deployable import Deployable
 from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError
 from pipeline.core.paths import new_log_file
-from pipeline.core.processes import ServerProcess, spawn
+from pipeline.core.processes import ServerProcess, spawn_logged
 from pipeline.core.tool_env import nvidia_environment
 
 Engine = Literal["trtllm-serve", "transformers", "reference"]
@@ -167,7 +167,6 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
     else:
         command = trtllm_command(deployable, spec.host, port)
     log_file = Path(spec.log_file).resolve() if spec.log_file else new_log_file(engine)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     # trtllm-serve is NVIDIA's: the image's python3 and TensorRT-LLM's packages, not the pipeline's venv, plus what
     # the deployable asks of it (TRTLLM_LOAD_KV_SCALES)
     if engine == "trtllm-serve":
@@ -175,12 +174,8 @@ def start_openai_server(spec: OpenAISpec, deployable: Deployable, *, engine: Eng
     else:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
-    with open(log_file, "wb") as log:
-        log.write(("# " + " ".join(command) + "\n").encode())
-        log.flush()
-        # trtllm-serve starts MPI workers and ends them on SIGTERM; transformers serve and ours are one process
-        process = spawn(command, death_signal=signal.SIGTERM if engine == "trtllm-serve" else signal.SIGKILL,
-                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    # trtllm-serve starts MPI workers and ends them on SIGTERM; transformers serve and ours are one process
+    process = spawn_logged(command, log_file, env=env, death_signal=signal.SIGTERM if engine == "trtllm-serve" else signal.SIGKILL)
     server = OpenAIServer(spec, engine, process, log_file, command, port)
     try:
         server.model = wait_ready(server, spec.ready_timeout_s)
