@@ -19,9 +19,10 @@ SkipOpt = Annotated[Optional[List[str]], typer.Option("--skip", help="A check no
 
 LoraTaskOpt = Annotated[Optional[int], typer.Option("--lora-task-id", min=1, help="An adapter the deployment serves (e.g. "
                                                     "prefetched by `pipeline build --lora`): the lora check sends it.")]
-LoraNameOpt = Annotated[Optional[str], typer.Option("--lora-name", help="OpenAI (trtllm-serve): lora_request.lora_name.")]
-LoraPathOpt = Annotated[Optional[str], typer.Option("--lora-path", help="OpenAI (trtllm-serve): lora_request.lora_path "
-                                                    "(the adapter's folder on the server).")]
+LoraNameOpt = Annotated[Optional[str], typer.Option("--lora-name", help="OpenAI (trtllm-serve): lora_request.lora_name; "
+                                                    "the LLM-API model: lora_name (default: the task id).")]
+LoraPathOpt = Annotated[Optional[str], typer.Option("--lora-path", help="OpenAI (trtllm-serve): lora_request.lora_path; the "
+                                                    "LLM-API model: lora_path (needed there): the adapter's folder on the server.")]
 
 
 def register(app: typer.Typer) -> None:

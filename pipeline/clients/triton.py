@@ -44,6 +44,9 @@ class GenerateRequest:
     return_perf_metrics: bool = False
     return_num_output_tokens: bool = True
     lora_task_id: int | None = None  # an adapter the server holds (prefetched or cached): the id alone
+    # the LLM-API model's per-request adapter: lora_id (= lora_task_id), lora_name and lora_path, all three or none
+    lora_name: str | None = None
+    lora_path: str | None = None
 
 
 @dataclass
@@ -176,6 +179,10 @@ def build_llmapi_inputs(request: GenerateRequest, *, batched: bool = False, decl
         ("sampling_param_return_perf_metrics", request.return_perf_metrics or None, bool, "BOOL"),
         ("return_finish_reason", True, bool, "BOOL"),
     )
+    if request.lora_task_id is not None:  # the model takes the three together (its _lora_fields)
+        scalars += (("lora_id", request.lora_task_id, np.uint64, "UINT64"),
+                    ("lora_name", (request.lora_name or str(request.lora_task_id)).encode("utf-8"), object, "BYTES"),
+                    ("lora_path", (request.lora_path or "").encode("utf-8"), object, "BYTES"))
     for name, value, np_type, triton_type in scalars:
         if value is not None and (not declared or name in declared):
             inputs.append(values(name, [value], np_type, triton_type))

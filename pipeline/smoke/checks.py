@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -43,8 +43,10 @@ class SmokeSpec(BaseModel):
     skip: tuple[str, ...] = Field((), description="checks not run (recorded as skipped)")
     report: Path | None = Field(None, description="also write the JSON report here")
     lora_task_id: int | None = Field(None, ge=1, description="an adapter the deployment serves: the lora check runs")
-    lora_name: str | None = Field(None, description="OpenAI only: lora_request.lora_name (default: the task id)")
-    lora_path: str | None = Field(None, description="OpenAI only: lora_request.lora_path, a path on the server")
+    lora_name: str | None = Field(None, description="OpenAI's lora_request.lora_name, the LLM-API model's lora_name "
+                                  "(default: the task id)")
+    lora_path: str | None = Field(None, description="OpenAI's lora_request.lora_path, the LLM-API model's lora_path: the "
+                                  "adapter's folder on the server (the LLM-API model needs it)")
 
 
 @dataclass
@@ -73,6 +75,8 @@ class SmokeContext:
             return openai_call(served, request, spec.timeout_s, lora)
         model = served.model if model is None else model
         llmapi = served.llmapi_options if model == served.model else None
+        if llmapi is not None and request.lora_task_id:
+            request = replace(request, lora_name=spec.lora_name, lora_path=spec.lora_path)
         return generate(spec.url, model, request, timeout_s=spec.timeout_s, llmapi=llmapi)
 
 
@@ -253,10 +257,10 @@ def plan_checks(spec: SmokeSpec, served: Served, other: str | None) -> list[Chec
     checks += [Check(f"concurrent_{spec.concurrency}", concurrent, needs=("decoupled",)),
                Check("too_long_prompt", too_long)]
     if spec.lora_task_id is not None:
-        if served.kind == "triton-llmapi":
-            raise InvalidInputError("--lora-task-id: smoke's lora check sends lora_task_id (ensemble/BLS) or lora_request "
-                                    "(OpenAI); the LLM-API model takes lora_name/lora_path/lora_id, which it does not send.",
-                                    hint="Check adapters through the ensemble, or through trtllm-serve with --lora-path.")
+        if served.kind == "triton-llmapi" and not spec.lora_path:
+            raise InvalidInputError("--lora-task-id on the LLM-API model: it takes lora_id, lora_name and lora_path together, "
+                                    "and --lora-path (the adapter's folder on the server) is missing.",
+                                    hint="e.g. pipeline smoke --url H:8001 --lora-task-id 1 --lora-name sql --lora-path /models/lora/sql")
         checks.insert(3, Check("lora", lora, needs=("greedy",)))
     return checks
 

@@ -139,3 +139,14 @@ def _in_flight(server) -> float:
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("pipeline_requests_in_flight{") and 'model="tensorrt_llm"' in line)
+
+
+def test_smoke_lora_check_passes_on_the_llmapi_model(llmapi_server, demo_hf_dir, tmp_path, capsys) -> None:
+    """smoke --lora-task-id N --lora-path DIR on the LLM-API model: it sends lora_id, lora_name and lora_path
+    together; the adapter (a PEFT folder on the server, converted by the CPU model once per lora_id) answers
+    differently from base, and base is unchanged after it."""
+    from lora_cases import ATTENTION, make_adapter, smoke_lora
+
+    adapter = make_adapter(demo_hf_dir, tmp_path / "sql", rank=8, targets=ATTENTION, scale=0.2)
+    smoke_lora(llmapi_server.grpc_url, "--lora-name", "sql", "--lora-path", str(adapter), "--skip", "too_long_prompt",
+               capsys=capsys)

@@ -82,8 +82,24 @@ def test_lora_check_runs_only_on_a_deployment_with_adapters():
         refuse_bad_skips(checks, ("greedy",))
     with pytest.raises(ValueError):
         SmokeSpec(url=ENSEMBLE.url, lora_task_id=0)  # 0 is "no LoRA"
-    with pytest.raises(InvalidInputError, match="LLM-API model"):
+    with pytest.raises(InvalidInputError, match="--lora-path .* is missing"):
         plan_checks(SmokeSpec(url=LLMAPI.url, lora_task_id=3), LLMAPI, None)
+    assert "lora" in [c.name for c in plan_checks(SmokeSpec(url=LLMAPI.url, lora_task_id=3, lora_path="/srv/a"), LLMAPI, None)]
+
+
+def test_lora_check_on_the_llmapi_model_sends_lora_id_name_and_path_together():
+    """The LLM-API model takes lora_id, lora_name and lora_path together (its _lora_fields); base requests send none."""
+    from pipeline.clients.triton import GenerateRequest, build_llmapi_inputs
+
+    def sent(request):
+        return {t.name(): t for t in build_llmapi_inputs(request)}
+
+    assert not {"lora_id", "lora_name", "lora_path"} & set(sent(GenerateRequest(prompt="hi")))
+    inputs = sent(GenerateRequest(prompt="hi", lora_task_id=2, lora_path="/srv/lora/sql"))
+    assert (inputs["lora_id"].datatype(), inputs["lora_name"].datatype(), inputs["lora_path"].datatype()) == (
+        "UINT64", "BYTES", "BYTES")
+    declared = frozenset({"text_input", "streaming", "sampling_param_max_tokens"})
+    assert "lora_id" not in {t.name() for t in build_llmapi_inputs(GenerateRequest(prompt="hi", lora_task_id=2), declared=declared)}
 
 
 def test_lora_check_over_openai_sends_trtllm_serves_lora_request(monkeypatch):
