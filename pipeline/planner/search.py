@@ -139,7 +139,9 @@ def _backend_refusal(spec: SearchSpec, gpu, quant: str, kv: str) -> str | None:
 
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     base = recommend(scenario, "throughput")
-    if spec.backend == "pytorch":  # the deployable's kv_cache_config.free_gpu_memory_fraction (build/pytorch.py: room for CUDA graphs)
+    # A PyTorch-backend deployable keeps the LLM API's default KV fraction, 0.9, for the room its CUDA graphs take
+    # (build/pytorch.py); that default: NVIDIA/TensorRT-LLM@5df359c2 docs/source/1.0/examples/kvcacheconfig.md:31.
+    if spec.backend == "pytorch":
         base = {**base, "kv_cache_free_gpu_mem_fraction": DEFAULT_KV_FRACTION}
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
                            kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences
