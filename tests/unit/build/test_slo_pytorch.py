@@ -126,3 +126,13 @@ def test_pipeline_engine_plans_a_pytorch_build_for_the_slo(build_root: Path) -> 
     expected = _expected(ckpt, "h100", SLO, 2048, 256)
     assert f"max_batch_size {expected.max_batch_size}, max_num_tokens {expected.max_num_tokens}, max_seq_len 2304" \
         in result.steps[-1].detail
+
+
+def test_the_dry_run_prints_the_slo_plan(build_root: Path, capsys) -> None:
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp16")
+    assert run(["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(ckpt), "--dry-run",
+                "--slo", SLO, "--isl", "2048", "--osl", "256"]) == 0
+    expected = _expected(ckpt, "h100", SLO, 2048, 256)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("slo ")]
+    assert f"max_batch_size {expected.max_batch_size}, max_num_tokens {expected.max_num_tokens}, KV fraction 0.9" in line
+    assert f"predicted at concurrency {expected.concurrency}" in line
