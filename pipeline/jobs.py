@@ -156,7 +156,7 @@ def run_engine_job(
     slo = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
     if pytorch:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND,
-                               speculative=speculative)
+                               speculative=speculative, **slo)
     elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
                                goal=spec.goal, speculative=speculative, **slo)
@@ -208,7 +208,7 @@ def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
         pytorch = spec.backend == PYTORCH_BACKEND
         plan = plan_build(BuildSpec(gpu=spec.gpu, checkpoint=folder, model=model, quant=spec.quant, kv_cache=spec.kv_cache,
                                     goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend,
-                                    speculative=spec.speculative))
+                                    speculative=spec.speculative, slo=spec.slo, slo_isl=spec.isl, slo_osl=spec.osl))
     if pytorch:
         options = plan.options
         detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "

@@ -42,7 +42,7 @@ def planned_beside_measured(dep: dict[str, Any] | None, levels: list[dict[str, A
     from pipeline.planner import Scenario
     from pipeline.planner.cpu import plan_target
     from pipeline.planner.shapes import model_spec_from_config
-    from pipeline.planner.slo import SloTarget, latency, meets
+    from pipeline.planner.slo import SloTarget, backend_efficiency, latency, meets
 
     plan = dep["slo_plan"]
     config = Path(dep["engine_dir"]) / "model" / "config.json"
@@ -57,7 +57,8 @@ def planned_beside_measured(dep: dict[str, Any] | None, levels: list[dict[str, A
             continue
         isl, osl = int(round(lv["isl"]["mean"])), int(round(lv["osl"]["mean"]))
         scenario = Scenario(model, plan_target(dep["gpu"]), dep["quant"] or "fp16", dep["kv_cache"], int(dep["tp"] or 1), isl, osl)
-        predicted = latency(scenario, int(lv["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl}).scaled(factors, plan.get("offsets_ms"))
+        predicted = latency(scenario, int(lv["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl},
+                            backend_efficiency(scenario, dep["backend"])).scaled(factors, plan.get("offsets_ms"))
         measured = {f"{m}_{s}_ms": (lv.get(f"{m}_ms") or {}).get(s) for m in ("ttft", "tpot") for s in ("p50", "p99")}
         passed = all(v is not None and v <= slo.bounds[k] for k, v in measured.items() if k in slo.bounds)
         rows.append({"load": lv["load"], "concurrency": lv["concurrency"], "measured": measured,

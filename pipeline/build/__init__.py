@@ -23,6 +23,7 @@ from pipeline.build.flags import Flag, check_buildable, command_line, trtllm_bui
 from pipeline.build.lora_build import engine_shape, lora_flags, lora_manifest, plan_lora, reference_lora_config, write_lora_dir
 from pipeline.build.memory import EngineTarget, default_limits
 from pipeline.build.shared import PlannedProfile, build_origin, cached, check_fits, model_folder_name
+from pipeline.build.slo import slo_identity, slo_limits
 from pipeline.build.runner import run_logged
 from pipeline.build.draft import EnginePlanInputs, build_draft_engine, plan_speculation
 from pipeline.build.speculative import SpeculativeSpec, decide
@@ -83,7 +84,6 @@ class BuildPlan(PlannedProfile):
     command: list[str]
     command_line: str
     tokenizer: Path | None = None  # copied into <engine>/tokenizer/ so that render needs no --tokenizer
-    slo_plan: dict[str, Any] | None = None  # the SLO choice the limits come from (pipeline/build/slo.py)
     speculative: dict[str, Any] | None = None  # the manifest's "speculative" record (pipeline.build.speculative)
     draft: Path | None = None  # the draft's input (HF folder for the CPU, TensorRT-LLM checkpoint for trtllm-build)
     draft_command: list[str] = []  # the draft engine's trtllm-build, into <engine>/draft
@@ -195,16 +195,8 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
     lora = plan_lora(list(spec.lora), engine_shape(ckpt, gpu.is_cpu), spec.max_lora_rank, list(spec.lora_target_modules))
     target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
-    slo_plan = None
-    if spec.slo:
-        from pipeline.build.slo import slo_choice
-
-        slo_plan = slo_choice(ckpt.hf_dir or ckpt.path, target, spec)
-    chosen = slo_plan or {}  # an SLO build is for its ISL/OSL unless the lengths are given
-    limits = default_limits(target, max_input_len=spec.max_input_len or chosen.get("isl"),
-                            max_seq_len=spec.max_seq_len or (chosen["isl"] + chosen["osl"] if chosen else None),
-                            max_batch_size=spec.max_batch_size or chosen.get("max_batch_size"),
-                            max_num_tokens=spec.max_num_tokens or chosen.get("max_num_tokens"))
+    slo_plan, given = slo_limits(ckpt.hf_dir or ckpt.path, target, spec)  # pipeline/build/slo.py
+    limits = default_limits(target, **given)
     if gpu.is_cpu:
         flags: list[Flag] = []
     else:
@@ -242,7 +234,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         "flags": [f.argv() for f in flags],
         "tokens_per_block": block if gpu.is_cpu else None,
         "tokenizer": bool(tokenizer),
-        **({"slo_plan": {k: slo_plan[k] for k in ("slo", "isl", "osl", "factors", "offsets_ms")}} if slo_plan else {}),
+        **slo_identity(slo_plan),
         **({"lora": lora.identity()} if lora else {}),
         **({"speculative": speculated.identity()} if speculated else {}),
     })

@@ -10,7 +10,8 @@ LLM-API options and lays out build/<model>/engines/<profile-id>/:
 The options come from the same planner as the engine path's trtllm-build flags (default_limits ->
 planner.recommend_build, memory.estimate), per GPU and goal:
 
-- max_batch_size, max_num_tokens, max_seq_len: the engine's limits. In the PyTorch backend they mean the
+- max_batch_size, max_num_tokens, max_seq_len: the engine's limits (with --slo, and the KV fraction below: the SLO
+  search's choice for the PyTorch backend, pipeline/build/slo.py). In the PyTorch backend they mean the
   same (requests scheduled per iteration, tokens per iteration, prompt + output per request) but are
   runtime caps, not compiled shapes: nothing is rebuilt to change them, and without chunked prefill a
   prompt longer than max_num_tokens cannot be scheduled, so enable_chunked_prefill is set when
@@ -44,6 +45,7 @@ from pipeline.build.checkpoint import (CheckpointInfo, checkpoint_format, find_h
 from pipeline.build.llm_args import check_options, source_commit
 from pipeline.build.lora_build import plan_lora
 from pipeline.build.lora_options import copy_adapters, lora_extra, with_lora
+from pipeline.build.slo import slo_identity, slo_limits, with_slo_options
 from pipeline.build.memory import EngineTarget, Limits, default_limits
 from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR, OPTIONS_FILE,
                                       PYTORCH_BACKEND)
@@ -275,8 +277,8 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))
     qf, kf = quant_format(quant), kv_cache_format(kv)
     target = EngineTarget(ckpt.shape, gpu, qf, kf, tp, 1, spec.goal)
-    limits = default_limits(target, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len, max_batch_size=spec.max_batch_size,
-                            max_num_tokens=spec.max_num_tokens)
+    slo_plan, given = slo_limits(ckpt.path, target, spec)  # --slo: the search's choice for the PyTorch backend
+    limits = default_limits(target, **given)
     lora = plan_lora(list(spec.lora), ckpt.shape, spec.max_lora_rank, list(spec.lora_target_modules))
     memory, fit_notes = check_fits(ckpt.model, target, limits, lora.cache_bytes if lora else 0)
     cast_to = {"fp16": "float16", "bf16": "bfloat16"}.get(quant) if str(ckpt.shape.dtype) == "float32" else None
@@ -295,13 +297,13 @@ def plan_pytorch(spec: Any) -> TorchPlan:
         speculative=speculated.label if speculated else None,
     )
     deploy_dir = stage_dir(ckpt.model, "engines", profile.id)
-    options, why = with_lora(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), lora, deploy_dir)
+    options, why = with_lora(*with_slo_options(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), slo_plan), lora, deploy_dir)
     if speculated is not None:
         options, why = speculated.options(options, deploy_dir), {**why, **speculated.why}
         check_options(options)
     inputs_hash = sha256_json({"profile": profile.model_dump(mode="json"), "checkpoint": ckpt.revision, "model_source": str(source),
                                "options": options, "simulated": simulated, "env": env, "lora": lora.identity() if lora else None,
-                               **({"draft": str(speculated.draft_source)} if speculated else {})})
+                               **({"draft": str(speculated.draft_source)} if speculated else {}), **slo_identity(slo_plan)})
     return TorchPlan(
         profile=profile, profile_id=profile.id, profile_name=profile.name,
         runtime="reference" if gpu.is_cpu else "pytorch",
@@ -310,6 +312,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
         deploy_dir=deploy_dir, limits=limits, options=options, why=why,
         memory=memory, inputs_hash=inputs_hash, simulated=simulated, env=env, notes=[*notes, *fit_notes], plan_only=plan_only, lora=lora,
         speculative=speculated.record if speculated else None, draft_source=speculated.draft_source if speculated else None,
+        slo_plan=slo_plan,
     )
 
 
@@ -389,4 +392,5 @@ def _manifest_extra(plan: TorchPlan, linked: list[str], started: float) -> dict[
         "memory_estimate": plan.memory.model_dump(),
         "notes": plan.notes,
         "timings": {"build_s": round(time.time() - started, 3)},
+        **({"slo_plan": plan.slo_plan} if plan.slo_plan else {}),
     }

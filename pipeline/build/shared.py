@@ -33,6 +33,7 @@ class PlannedProfile(BaseModel):
     inputs_hash: str
     notes: list[str] = []
     lora: LoraPlan | None = None  # --lora: the adapters, checked (pipeline/build/lora_build.py)
+    slo_plan: dict[str, Any] | None = None  # --slo: the SLO choice the limits come from (pipeline/build/slo.py)
 
 
 def model_folder_name(model: str) -> str:

@@ -128,6 +128,17 @@ def _lora_line(lora) -> str:
             f"{lora.shape.dtype}; cache {lora.cache_bytes / (1 << 20):.1f} MiB")
 
 
+def _slo_lines(plan) -> list[str]:
+    """The SLO plan (`--slo`): what the limits were chosen for and what the planner predicts at its concurrency."""
+    record = plan.slo_plan
+    if not record:
+        return []
+    predicted = ", ".join(f"{k} {record['prediction'][k]:.1f}" for k in record["slo"])
+    return [f"slo         {', '.join(f'{k}<={v:g}' for k, v in record['slo'].items())} at ISL {record['isl']} / OSL "
+            f"{record['osl']}: max_batch_size {record['max_batch_size']}, max_num_tokens {record['max_num_tokens']}, KV "
+            f"fraction {record['kv_cache_free_gpu_mem_fraction']:g}; predicted at concurrency {record['concurrency']}: {predicted}"]
+
+
 def torch_plan_text(plan) -> str:
     from pipeline.build.pytorch import options_yaml
 
@@ -138,6 +149,7 @@ def torch_plan_text(plan) -> str:
         f"model/      links of {plan.model_source}",
         f"deployable  {plan.deploy_dir}",
         _memory_line(plan.memory),
+        *_slo_lines(plan),
         "options     (llm_api_options.yaml)",
         *("  " + line for line in options_yaml(plan).splitlines() if not line.startswith("#")),
         "why",
@@ -159,6 +171,7 @@ def plan_text(plan) -> str:
         f"limits      max_input_len {lim.max_input_len}, max_seq_len {lim.max_seq_len}, "
         f"max_batch_size {lim.max_batch_size}, max_num_tokens {lim.max_num_tokens}",
         _memory_line(m),
+        *_slo_lines(plan),
     ]
     if plan.lora:
         lines.append(_lora_line(plan.lora))

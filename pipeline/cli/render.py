@@ -23,7 +23,9 @@ RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help=(
 DecoupledOpt = Annotated[bool, typer.Option("--decoupled/--no-decoupled", help="Decoupled transaction policy (needed for streaming).")]
 BatchingOpt = Annotated[str, typer.Option("--batching-strategy", help="inflight_fused_batching, inflight_batching or V1.")]
 SchedulerOpt = Annotated[str, typer.Option("--batch-scheduler-policy", help="guaranteed_no_evict or max_utilization.")]
-KvFractionOpt = Annotated[float, typer.Option("--kv-cache-free-gpu-mem-fraction", help="Share of free GPU memory for the KV cache.")]
+KvFractionOpt = Annotated[Optional[float], typer.Option(
+    "--kv-cache-free-gpu-mem-fraction", help="Share of free GPU memory for the KV cache (default: the SLO plan's for an "
+    "engine built with `pipeline build --slo`, else 0.9).")]
 KvTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens-in-paged-kv-cache", help="Cap on KV-cache tokens.")]
 KvReuseOpt = Annotated[Optional[bool], typer.Option("--enable-kv-cache-reuse/--no-kv-cache-reuse",
                                                     help="Prefix caching (default: on for tensorrtllm, off for reference).")]
@@ -53,7 +55,7 @@ def render(
     decoupled: DecoupledOpt = True,
     batching_strategy: BatchingOpt = "inflight_fused_batching",
     batch_scheduler_policy: SchedulerOpt = "guaranteed_no_evict",
-    kv_cache_free_gpu_mem_fraction: KvFractionOpt = 0.9,
+    kv_cache_free_gpu_mem_fraction: KvFractionOpt = None,
     max_tokens_in_paged_kv_cache: KvTokensOpt = None,
     enable_kv_cache_reuse: KvReuseOpt = None,
     enable_chunked_context: ChunkedOpt = False,

@@ -27,7 +27,7 @@ from pipeline.core.gpus import GpuSpec, get_gpu
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec
-from pipeline.planner.slo import Latency, latency
+from pipeline.planner.slo import Latency, backend_efficiency, latency
 
 METRICS = {"ttft": ("ttft_p50_ms", "ttft_p99_ms"), "tpot": ("tpot_p50_ms", "tpot_p99_ms")}
 BENCH_HINT = ("Calibrate from `pipeline bench` reports (bench.json) of a deployment of this model on this GPU: "
@@ -107,7 +107,8 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
             continue
         isl, osl = int(round(level["isl"]["mean"])), int(round(level["osl"]["mean"]))
         scenario = Scenario(model, target, dep.get("quant") or "fp16", dep.get("kv_cache"), int(dep.get("tp") or 1), isl, osl)
-        predicted = latency(scenario, int(level["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl})
+        predicted = latency(scenario, int(level["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl},
+                            backend_efficiency(scenario, dep.get("backend") or "tensorrt"))
         for metric, keys in METRICS.items():
             for key in keys:
                 measured = (level.get(f"{metric}_ms") or {}).get(key.split("_")[1])

@@ -26,7 +26,8 @@ from pipeline.planner.prices import Price
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec, model_spec_from_config
-from pipeline.planner.slo import Latency, SloTarget, latency, meets, shortfall
+from pipeline.planner.memory import DEFAULT_KV_FRACTION
+from pipeline.planner.slo import Latency, SloTarget, backend_efficiency, latency, meets, shortfall
 
 Backend = Literal["tensorrt", "pytorch"]
 DEFAULT_GPUS = ("h100-sxm", "h200", "l40s", "a100-80gb")
@@ -138,6 +139,10 @@ def _backend_refusal(spec: SearchSpec, gpu, quant: str, kv: str) -> str | None:
 
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     base = recommend(scenario, "throughput")
+    # A PyTorch-backend deployable keeps the LLM API's default KV fraction, 0.9, for the room its CUDA graphs take
+    # (build/pytorch.py); that default: NVIDIA/TensorRT-LLM@5df359c2 docs/source/1.0/examples/kvcacheconfig.md:31.
+    if spec.backend == "pytorch":
+        base = {**base, "kv_cache_free_gpu_mem_fraction": DEFAULT_KV_FRACTION}
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
                            kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences
     top = max(1, min(capacity, MAX_BATCH))
@@ -146,18 +151,19 @@ def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     return [{**base, "max_batch_size": b, "max_num_tokens": t} for b in batches for t in budgets]
 
 
-def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale) -> Latency | None:
+def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, backend: str) -> Latency | None:
     """The latency at the highest concurrency (1..batch) meeting the SLO; None when 1 does not."""
-    first = scale(latency(scenario, 1, build))
+    eff = backend_efficiency(scenario, backend)
+    first = scale(latency(scenario, 1, build, eff))
     if not meets(slo, first):
         return None
-    top = scale(latency(scenario, build["max_batch_size"], build))
+    top = scale(latency(scenario, build["max_batch_size"], build, eff))
     if meets(slo, top):
         return top
     low, high, best = 1, top.concurrency, first
     while low < high - 1:  # predictions grow with concurrency: bisect for the last one that meets
         mid = (low + high) // 2
-        at = scale(latency(scenario, mid, build))
+        at = scale(latency(scenario, mid, build, eff))
         if meets(slo, at):
             low, best = mid, at
         else:
@@ -219,10 +225,10 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
                                            kv_fraction=build["kv_cache_free_gpu_mem_fraction"]).fits:
                             continue
                         count += 1
-                        found = _highest(scenario, build, spec.slo, scale)
+                        found = _highest(scenario, build, spec.slo, scale, spec.backend)
                         label = (f"{name} batch {build['max_batch_size']} tokens {build['max_num_tokens']}")
                         if found is None:
-                            first = scale(latency(scenario, 1, build))
+                            first = scale(latency(scenario, 1, build, backend_efficiency(scenario, spec.backend)))
                             miss = shortfall(spec.slo, first)
                             if closest is None or miss < closest.shortfall:
                                 closest = Miss(build=label, shortfall=round(miss, 3), latency=first)

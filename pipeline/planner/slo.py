@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError
-from pipeline.planner.rates import EFFICIENCY, Efficiency
+from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.timing import StepLoad, predict, step_time
 
@@ -125,6 +125,12 @@ def _burst(scenario: Scenario, prompts: int, build: dict[str, Any], eff: Efficie
         steps += [seconds] * runs
         filled += chunk * runs
     return steps
+
+
+def backend_efficiency(scenario: Scenario, backend: str) -> Efficiency:
+    """The constants a backend's latencies are predicted with: on a GPU the backend's own (rates.efficiency_for); on
+    the CPU both layouts (engine folder, PyTorch-backend deployable) run the reference runtime, planned as an engine."""
+    return EFFICIENCY if scenario.gpu.is_cpu else efficiency_for(backend)
 
 
 def latency(scenario: Scenario, concurrency: int, build: dict[str, Any], eff: Efficiency | None = None) -> Latency:

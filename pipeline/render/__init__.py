@@ -34,7 +34,7 @@ from pipeline.render.checks import check_repository
 from pipeline.render.context import engine_features, template_context
 from pipeline.render.lora import lora_parameters
 from pipeline.render.spec import MODELS, RenderSpec
-from pipeline.render import speculative
+from pipeline.render import slo, speculative
 from pipeline.hf.tokenizer import tokenizer_files
 
 
@@ -87,6 +87,8 @@ def render(spec: RenderSpec) -> RenderResult:
     outside_tokenizer = tokenizer if spec.tokenizer else None
     bundle.check_out(out, engine, outside_tokenizer)
     templates = templates_dir()
+    fraction, fraction_notes = slo.kv_fraction(spec.kv_cache_free_gpu_mem_fraction, engine)
+    spec = spec.model_copy(update={"kv_cache_free_gpu_mem_fraction": fraction})
     features = engine_features(config, runtime, spec)
     context = template_context(spec, runtime, bundle.engine_path(root), bundle.tokenizer_path(root), build_config, features)
     record = speculative.speculative_record(engine, config)
@@ -111,7 +113,7 @@ def render(spec: RenderSpec) -> RenderResult:
     def result(checks: dict[str, str], reused: bool, summary: dict) -> RenderResult:
         models = [*MODELS, speculative.DRAFT_MODEL] if draft else list(MODELS)
         return RenderResult(repo=out, runtime=runtime, models=models, max_batch_size=context["triton_max_batch_size"],
-                            engine=engine, tokenizer=tokenizer, checks=checks, notes=features.notes, reused=reused,
+                            engine=engine, tokenizer=tokenizer, checks=checks, notes=[*features.notes, *fraction_notes], reused=reused,
                             duration_s=round(time.time() - started, 3), model_root=root, bundle=summary)
 
     if not spec.force and reusable(out, inputs_hash):

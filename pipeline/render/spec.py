@@ -32,7 +32,8 @@ class RenderSpec(BaseModel):
     decoupled: bool = True
     batching_strategy: Literal["inflight_fused_batching", "inflight_batching", "V1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
-    kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
+    kv_cache_free_gpu_mem_fraction: float | None = Field(
+        None, gt=0, le=1, description="default: the SLO plan's (`pipeline build --slo`, pipeline/render/slo.py), else 0.9")
     max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
     enable_kv_cache_reuse: bool | None = Field(
         None, description="default: what the engine can do (tensorrtllm engines built with paged context FMHA); "
