@@ -16,6 +16,7 @@ GOAL   ?= throughput
 BACKEND ?= tensorrt
 SPECULATIVE ?=
 DRAFT ?=
+LORA ?=
 TP     ?= 1
 PP     ?= 1
 EVAL   ?= 0
@@ -70,8 +71,9 @@ demo: $(STAMP)
 # builds a real engine; elsewhere the build stops with exit 3 (DRY_RUN=1 prints the plan instead).
 # SLO=ttft_p99_ms=500,tpot_p99_ms=40 (with ISL=, OSL=): max_batch_size/max_num_tokens from `pipeline plan --slo`.
 # SPECULATIVE=draft-target|ngram|lookahead|eagle3 (DRAFT=SOURCE: the draft, downloaded and converted too).
+# LORA="sql=/adapters/sql chat=/adapters/chat": PEFT adapters the engine serves (`pipeline build --lora`).
 engine: $(STAMP)
-	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(SLO),--slo $(SLO) --isl $(ISL) --osl $(OSL)) $(if $(SPECULATIVE),--speculative $(SPECULATIVE)) $(if $(DRAFT),--draft $(DRAFT)) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
+	$(PIPE) engine $(MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --goal $(GOAL) --tp $(TP) --pp $(PP) --backend $(BACKEND) $(if $(SLO),--slo $(SLO) --isl $(ISL) --osl $(OSL)) $(if $(SPECULATIVE),--speculative $(SPECULATIVE)) $(if $(DRAFT),--draft $(DRAFT)) $(foreach l,$(LORA),--lora $(l)) $(if $(filter 1,$(EVAL)),--eval) $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -60,6 +60,7 @@ class EngineJobSpec(BaseModel):
     isl: int | None = Field(None, ge=1)
     osl: int | None = Field(None, ge=1)
     speculative: SpeculativeSpec | None = None  # its draft is downloaded and converted like the model
+    lora: tuple[str, ...] = ()  # [NAME=]PATH of each PEFT adapter the build serves (pipeline/build/lora_build.py)
 
 
 class JobStep(BaseModel):
@@ -153,15 +154,17 @@ def run_engine_job(
     # The reference runtime serves the HF weights with the precision simulated; a GPU engine is built from
     # the TensorRT-LLM checkpoint (which carries its precision).
     # A PyTorch-backend deployable is made from the HF checkpoint on either (the CPU one links its 16-bit source).
-    slo = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
+    # the SLO's limits, and the adapters: the build reads the PEFT folders and writes them in its runtime's format
+    options = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
+    options["lora"] = spec.lora
     if pytorch:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND,
-                               speculative=speculative, **slo)
+                               speculative=speculative, **options)
     elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
-                               goal=spec.goal, speculative=speculative, **slo)
+                               goal=spec.goal, speculative=speculative, **options)
     else:
-        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, speculative=speculative, **slo)
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, speculative=speculative, **options)
     t = time.perf_counter()
     built = build_engine(build_spec, reporter)
     engine_dir = built.output_dir
@@ -208,7 +211,8 @@ def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
         pytorch = spec.backend == PYTORCH_BACKEND
         plan = plan_build(BuildSpec(gpu=spec.gpu, checkpoint=folder, model=model, quant=spec.quant, kv_cache=spec.kv_cache,
                                     goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend,
-                                    speculative=spec.speculative, slo=spec.slo, slo_isl=spec.isl, slo_osl=spec.osl))
+                                    speculative=spec.speculative, slo=spec.slo, slo_isl=spec.isl, slo_osl=spec.osl,
+                                    lora=spec.lora))
     if pytorch:
         options = plan.options
         detail = (f"{plan.profile_name}: max_batch_size {options['max_batch_size']}, "

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from pipeline.cli.build import LoraOpt
 from pipeline.cli._options import (
     BackendOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, PpOpt, QuantOpt, TpOpt, set_json, spec_from_options,
 )
@@ -64,6 +65,7 @@ def engine(
     speculative: Annotated[Optional[str], typer.Option("--speculative", help="draft-target|ngram|lookahead|eagle3 (see build).")] = None,
     draft: Annotated[Optional[str], typer.Option("--draft", help="The draft model SOURCE (downloaded and converted too).")] = None,
     max_draft_len: Annotated[Optional[int], typer.Option("--max-draft-len", help="Draft tokens per step.")] = None,
+    lora: LoraOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """download -> convert -> (evaluate) -> build -> render for one GPU: what `make engine` runs. With
@@ -73,7 +75,8 @@ def engine(
     set_json(json_output)
     spec = spec_from_options(EngineJobSpec, source=source, gpu=gpu, quant=quant, kv_cache=kv_cache, goal=goal, tp=tp, pp=pp,
                        evaluate=eval_gate, max_delta=max_delta, dry_run=dry_run, backend=backend,
-                             slo=slo, isl=isl, osl=osl, speculative=speculative_spec(speculative, draft, max_draft_len))
+                             slo=slo, isl=isl, osl=osl, speculative=speculative_spec(speculative, draft, max_draft_len),
+                             lora=tuple(lora or ()))
     result = run_engine_job(spec, on_step=_show, reporter=OutputReporter())
     rows = _rows(result.steps) + [["total", f"{result.total_s:.1f}", "", str(result.repo or "")]]
     OUT.result(result, table=simple_table(f"engine: {gpu} {quant} {goal}", ["step", "s", "result", "where"], rows))

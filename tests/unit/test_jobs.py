@@ -165,3 +165,21 @@ def test_engine_refuses_an_unknown_backend_before_any_work(tmp_path, monkeypatch
     assert run(["engine", "demo", "--gpu", "h100", "--quant", "fp8", "--backend", "onnx"]) == 2
     assert "backend" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_engine_passes_its_adapters_to_the_build(tmp_path, monkeypatch, capsys):
+    """`pipeline engine --lora NAME=PATH` (make engine LORA="NAME=PATH ..."): the build it plans serves the adapter
+    (trtllm-build's LoRA flags; the PyTorch deployable's "-lora" profile), and a bad adapter is refused before any work."""
+    from lora_cases import ATTENTION, make_adapter, tiny_llama
+
+    base = tiny_llama(tmp_path / "tiny-llama")
+    adapter = make_adapter(base, tmp_path / "sql", rank=8, targets=ATTENTION)
+    monkeypatch.setenv("PIPELINE_BUILD_DIR", str(tmp_path / "build"))
+    common = ["engine", f"local:{base}", "--gpu", "h100", "--quant", "fp16", "--dry-run", "--json"]
+    assert run([*common, "--lora", f"sql={adapter}"]) == 0
+    command = json.loads(capsys.readouterr().out)["steps"][-1]["detail"]
+    assert "--lora_plugin" in command and "--lora_dir" in command and "--max_lora_rank 8" in command
+    assert run([*common, "--backend", "pytorch", "--lora", f"sql={adapter}"]) == 0
+    assert "-lora:" in json.loads(capsys.readouterr().out)["steps"][-1]["detail"]  # the profile of a build with adapters
+    assert run([*common, "--lora", f"sql={tmp_path / 'none'}"]) == 2
+    assert not (tmp_path / "build").exists()
