@@ -105,8 +105,11 @@ def iteration_mix(scenario: Scenario, batch: float, prefill_per_step: float, bui
     decode = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=0, prefill_context=0, logits_tokens=batch)
     if prefill_per_step <= 0:
         return [(1.0, decode)]
+    if not build.get("chunked_prefill", True):  # tried as whole prompts; worse held out (README), so spread evenly
+        return [(1.0, StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=prefill_per_step,
+                               prefill_context=isl / 2, logits_tokens=batch))]
     room = max(1.0, build["max_num_tokens"] - batch)
-    chunk = room if build.get("chunked_prefill", True) else isl * max(1, math.floor(room / isl))
+    chunk = room
     chunk = max(chunk, prefill_per_step)
     share = prefill_per_step / chunk
     mixed = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=chunk, prefill_context=isl / 2,
