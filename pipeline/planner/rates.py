@@ -23,6 +23,7 @@ class Efficiency:
     compute_16bit: float  # fraction of the dense BF16/FP16 rate reached (GEMMs, attention, lm_head)
     compute_8bit: float  # fraction of the dense FP8/INT8 (and FP4) rate reached by quantized GEMMs
     step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
+    per_sequence_layer_s: float = 0.0  # cost per decoding sequence per layer per iteration
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -30,6 +31,7 @@ class Efficiency:
             "compute_efficiency_16bit": self.compute_16bit,
             "compute_efficiency_8bit": self.compute_8bit,
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
+            "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
         }
 
 
@@ -43,7 +45,7 @@ EFFICIENCY = Efficiency(bandwidth=0.625, compute_16bit=0.617, compute_8bit=0.523
 PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.519, step_overhead_per_layer_s=191.0e-6)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration. A constant no training row informs stays here.
-PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_overhead_per_layer_s=10e-6)
+PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_overhead_per_layer_s=10e-6, per_sequence_layer_s=100e-9)
 
 
 def efficiency_for(backend: str) -> Efficiency:

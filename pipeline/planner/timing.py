@@ -82,7 +82,7 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         message = tokens * model.hidden_size * ACTIVATION_BYTES
         per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = 2 * model.num_layers * per_call
-    overhead_s = eff.step_overhead_per_layer_s * model.num_layers
+    overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * decode) * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
 
 
