@@ -4,7 +4,8 @@ engines of 0.17, the PyTorch backend of 1.0 and later): a table, JSON, CSV and a
 
     .venv/bin/python scripts/plan_vs_published.py [--backend tensorrt|pytorch|all] [--fit] [--cv] [--out DIR]
 
---fit refits each backend's GLOBAL constants (bandwidth, 16-bit and 8-bit compute, per-layer step overhead) on all
+--fit refits each backend's GLOBAL constants (bandwidth, 16-bit and 8-bit compute, per-layer step overhead, cost per
+decoding sequence per layer) on all
 its rows, from PRIOR (paste them into pipeline/planner/rates.py). --cv is the figure to quote: hold out one whole GPU,
 then one whole model; each fold is refitted from PRIOR (never from a fit that saw the held-out rows) on its training
 rows alone, and a constant that no training row informs (16-bit GEMMs when every training row is FP8) stays at PRIOR.

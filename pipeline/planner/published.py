@@ -57,7 +57,7 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
     return Scenario(model, row["gpu"], quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]))
 
 
-# trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py:17-170, calc_engine_setting and
+# trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
 # finetune_setting; the same heuristic serves `trtllm-bench build` and, via get_settings, `throughput --backend pytorch`):
 # memory = device GiB x GPUs - param_count x bytes per weight (FP8 1, NVFP4 0.5, else 2), no reserve; KV bytes per token over
 # the whole TP group with max(tp, kv_heads) heads; x 0.95; requests = memory / (KV bytes x (ISL+OSL)); max_batch_size from
