@@ -4,6 +4,7 @@ scripts/plan_vs_published.py fits the constants and cross-validates them)."""
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -56,10 +57,55 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
     return Scenario(model, row["gpu"], quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]))
 
 
-def trtllm_bench_throughput(scenario: Scenario, *, efficiency: Efficiency | None = None) -> ThroughputEstimate:
-    """What `trtllm-bench throughput` should report for an engine built for this scenario's ISL/OSL."""
-    build = {**recommend_build(scenario, "throughput"), "kv_cache_free_gpu_mem_fraction": PUBLISHED_KV_FRACTION}
-    return max_throughput(scenario, build=build, efficiency=efficiency)
+# trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
+# finetune_setting; the same heuristic serves `trtllm-bench build` and, via get_settings, `throughput --backend pytorch`):
+# memory = device GiB x GPUs - param_count x bytes per weight (FP8 1, NVFP4 0.5, else 2), no reserve; KV bytes per token over
+# the whole TP group with max(tp, kv_heads) heads; x 0.95; requests = memory / (KV bytes x (ISL+OSL)); max_batch_size from
+# min(requests, 4096) rounded up (at least 64), max_num_tokens from the UNROUNDED requests x (1 + ISL/OSL), capped 32768,
+# rounded up (at least 2048). At run time the batch is further capped by the real KV cache (planner.memory).
+# PyTorch backend: chunked prefill is off unless asked (tensorrt_llm/bench/benchmark/utils/general.py@0171265e get_settings:
+# then max_num_tokens = max(heuristic, max ISL + max_batch_size)); the 1.0 page's llm_options.yml asks only for CUDA graphs
+# (NVIDIA/TensorRT-LLM@00f37686 docs/source/performance/perf-overview.md). The 0.17 engine runs need chunked context: their
+# max_num_tokens (2048 for the 70B A100 rows) is below ISL 5000/20000, which runs only in chunks.
+_BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
+_GIB = 1024**3
+
+
+def _round_up(value: float, step: int) -> int:
+    return int(step * math.ceil(value / step))
+
+
+def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[str, Any]:
+    """The max_batch_size / max_num_tokens trtllm-bench picks for this scenario (see the comment above), as a build."""
+    model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
+    kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
+    per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
+    memory_gib = (scenario.gpu.memory_gib or 0) * tp - model.param_count * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
+    requests = max(0.0, memory_gib * PUBLISHED_KV_FRACTION / (per_token_gib * (isl + osl)))
+    raw_bs = min(requests, 4096)
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, _round_up(raw_bs, 32))
+    else:
+        max_bs = _round_up(raw_bs, 128 if raw_bs < 1024 else 256)
+    if raw_tokens < 4096:
+        max_tokens = max(2048, _round_up(raw_tokens, 256))
+    else:
+        max_tokens = _round_up(raw_tokens, 512 if raw_tokens < 8192 else 1024)
+    chunked = backend != "pytorch"
+    if not chunked:
+        max_tokens = max(max_tokens, isl + max_bs)
+    return {"max_batch_size": max_bs, "max_num_tokens": max_tokens, "max_input_len": isl, "max_seq_len": isl + osl,
+            "kv_cache_free_gpu_mem_fraction": PUBLISHED_KV_FRACTION, "chunked_prefill": chunked,
+            "dynamic_batch_size": backend != "pytorch"}
+
+
+def trtllm_bench_throughput(
+    scenario: Scenario, *, efficiency: Efficiency | None = None, backend: str = "tensorrt",
+) -> ThroughputEstimate:
+    """What `trtllm-bench throughput` should report for this scenario's ISL/OSL, with trtllm-bench's own limits."""
+    recommend_build(scenario, "throughput")  # refuses, naming what fits, when not one ISL+OSL sequence fits
+    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend), efficiency=efficiency)
 
 
 def compare_published(
@@ -71,7 +117,8 @@ def compare_published(
     for row in rows:
         spec = model or published_model(row["model"])
         backend = row.get("backend") or "tensorrt"
-        estimate = trtllm_bench_throughput(published_scenario(spec, row), efficiency=efficiency or efficiency_for(backend))
+        estimate = trtllm_bench_throughput(published_scenario(spec, row), efficiency=efficiency or efficiency_for(backend),
+                                           backend=backend)
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],

@@ -9,6 +9,7 @@ TTFT, TPOT and throughput all come from this one step-time model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,16 +82,45 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         message = tokens * model.hidden_size * ACTIVATION_BYTES
         per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = 2 * model.num_layers * per_call
-    overhead_s = eff.step_overhead_per_layer_s * model.num_layers
+    overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * decode) * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
 
 
 def steady_load(scenario: Scenario, batch: float) -> StepLoad:
     """An iteration in steady state: `batch` sequences decoding, and the prefill of the requests that
-    replace the ones finishing (batch/osl requests per step, isl tokens each)."""
+    replace the ones finishing (batch/osl requests per step, isl tokens each), spread evenly."""
     isl, osl = scenario.isl, scenario.osl
     return StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=batch * isl / osl,
                     prefill_context=isl / 2, logits_tokens=batch)
+
+
+def iteration_mix(scenario: Scenario, batch: float, prefill_per_step: float, build: dict[str, Any]) -> list[tuple[float, StepLoad]]:
+    """Steady state as the scheduler runs it: prompts are not spread evenly over the iterations but come in
+    whole chunks. TensorRT-LLM's micro-batch scheduler fills an iteration's max_num_tokens with the decode
+    tokens first, then context tokens (chunks of a prompt when chunked prefill is on, whole prompts when it
+    is off), so a share of the iterations carries ~max_num_tokens - batch prompt tokens (compute-bound) and
+    the rest decode only (weight- and KV-read-bound). As GEMM time is the longer of weight reads and compute,
+    the mean of the two kinds exceeds one iteration at the mean load. (weight, load) pairs; weights sum to 1."""
+    isl, osl = scenario.isl, scenario.osl
+    decode = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=0, prefill_context=0, logits_tokens=batch)
+    if prefill_per_step <= 0:
+        return [(1.0, decode)]
+    if not build.get("chunked_prefill", True):  # tried as whole prompts; worse held out (README), so spread evenly
+        return [(1.0, StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=prefill_per_step,
+                               prefill_context=isl / 2, logits_tokens=batch))]
+    room = max(1.0, build["max_num_tokens"] - batch)
+    chunk = room
+    chunk = max(chunk, prefill_per_step)
+    share = prefill_per_step / chunk
+    mixed = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=chunk, prefill_context=isl / 2,
+                     logits_tokens=batch)
+    return [(1 - share, decode), (share, mixed)]
+
+
+def mean_step(scenario: Scenario, mix: list[tuple[float, StepLoad]], eff: Efficiency) -> StepTime:
+    """The iteration-weighted mean of the phases of a mix of iterations."""
+    steps = [(w, step_time(scenario, load, eff)) for w, load in mix if w > 0]
+    return StepTime(*(sum(w * getattr(step, name) for w, step in steps) for name in StepTime.__dataclass_fields__))
 
 
 def prefill_time(scenario: Scenario, max_num_tokens: int, eff: Efficiency = EFFICIENCY) -> float:
@@ -118,11 +148,33 @@ class Prediction(BaseModel):
     request_latency_s: float
 
 
+# The executor's dynamic batch-size tuner (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/executor/dynamicBatchTuner.cpp
+# getRuntimeBatchSize and dynamicBatchConfig.cpp kDefaultBatchSizeTable; granularity 512 / threshold 128 in
+# dynamicBatchTuner.h; stored copies ids 36930421719, 250915467, 37778540625), which trtllm-bench turns on
+# (tensorrt_llm/bench/dataclasses/configuration.py@000a01de ExecutorSettingsConfig.dynamic_max_batch_size = True): from
+# the KV capacity in ISL+OSL sequences it picks the runtime max batch size from this table, else rounds down to 512
+# when within 128 of it.
+_BATCH_SIZE_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
+
+
+def tuned_batch_size(capacity: int) -> int:
+    """The runtime max batch size the dynamic tuner picks for a KV capacity of `capacity` sequences."""
+    for limit, size in _BATCH_SIZE_TABLE:
+        if capacity < limit:
+            return size
+    floor = capacity // 512 * 512
+    return floor if capacity < floor + 128 else capacity
+
+
 def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl: int) -> int:
     """Sequences the runtime keeps in flight: KV capacity (no-evict scheduling reserves ISL+OSL),
-    max_batch_size, and the max_num_tokens budget for decode tokens plus their prefill share."""
+    max_batch_size (and the dynamic tuner's pick when the build asks for it), and the max_num_tokens
+    budget for decode tokens plus their prefill share."""
     token_budget = build["max_num_tokens"] / (1 + isl / osl)
-    return max(1, int(min(memory.max_sequences, build["max_batch_size"], max(1, token_budget))))
+    limit = build["max_batch_size"]
+    if build.get("dynamic_batch_size"):
+        limit = min(limit, tuned_batch_size(memory.max_sequences))
+    return max(1, int(min(memory.max_sequences, limit, max(1, token_budget))))
 
 
 def predict(
@@ -140,10 +192,8 @@ def predict(
     memory = fitting_memory(scenario, build)
     batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
     ttft = prefill_time(scenario, build["max_num_tokens"], eff)
-    # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step.
-    load = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=(batch - 1) * isl / osl,
-                    prefill_context=isl / 2, logits_tokens=batch)
-    step = step_time(scenario, load, eff).total_s
+    # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
+    step = mean_step(scenario, iteration_mix(scenario, batch, (batch - 1) * isl / osl, build), eff).total_s
     if batch > 1:
         ttft += step / 2  # a new request waits on average half an iteration to join the batch
     latency = ttft + (osl - 1) * step
@@ -183,7 +233,7 @@ def max_throughput(
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
     batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
-    step = step_time(scenario, steady_load(scenario, batch), eff)
+    step = mean_step(scenario, iteration_mix(scenario, batch, batch * scenario.isl / scenario.osl, build), eff)
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,

@@ -1,0 +1,62 @@
+"""How the published trtllm-bench runs are modelled: trtllm-bench's own build limits, the executor's dynamic batch-size
+tuner, prefill arriving in whole chunks, and a cost per decoding sequence (pipeline.planner.published / timing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import planner as P
+from pipeline.planner.published import published_rows, published_scenario, trtllm_bench_limits
+from pipeline.planner.rates import EFFICIENCY
+from pipeline.planner.timing import StepLoad, iteration_mix, mean_step, tuned_batch_size
+
+
+def _scenario(model: str, gpu: str, tp: int, precision: str, isl: int, osl: int):
+    row = {"gpu": gpu, "tp": tp, "precision": precision, "isl": isl, "osl": osl}
+    return published_scenario(P.published_model(model), row)
+
+
+def test_limits_are_trtllm_benchs_own_heuristic() -> None:
+    """70B FP16 on 2x A100-80GB at 5000/500: (2 x 80 GiB - 2 bytes x params) x 0.95 over 8 KV heads x 5500 tokens holds
+    ~16 requests -> max_batch_size 64 (the minimum), max_num_tokens 16 x 11 -> 2048 (the minimum). 8B FP8 on an H200 at
+    128/128: capped at 4096 requests -> 4096 and 8192. PyTorch (no chunked prefill): max_num_tokens >= ISL + batch."""
+    small = trtllm_bench_limits(_scenario("llama-3.1-70b", "a100-80gb", 2, "FP16", 5000, 500))
+    assert (small["max_batch_size"], small["max_num_tokens"], small["chunked_prefill"]) == (64, 2048, True)
+    big = trtllm_bench_limits(_scenario("llama-3.1-8b", "h200", 1, "FP8", 128, 128))
+    assert (big["max_batch_size"], big["max_num_tokens"]) == (4096, 8192)
+    torch = trtllm_bench_limits(_scenario("llama-3.1-70b", "a100-80gb", 2, "FP16", 5000, 500), "pytorch")
+    assert (torch["max_num_tokens"], torch["chunked_prefill"], torch["dynamic_batch_size"]) == (5064, False, False)
+
+
+@pytest.mark.parametrize("capacity, runtime", [(13, 128), (200, 256), (300, 256), (352, 512), (700, 768), (1600, 1536),
+                                               (1700, 1700), (2100, 2048), (2300, 2300)])
+def test_dynamic_batch_size_tuner(capacity: int, runtime: int) -> None:
+    assert tuned_batch_size(capacity) == runtime
+
+
+def test_prefill_in_whole_chunks_costs_more_than_spread_evenly() -> None:
+    """13 sequences of 70B FP16 on 2x A100: spread evenly, 130 prompt tokens ride free under each weight read; in
+    chunks of max_num_tokens - 13 they are compute-bound iterations of their own (the mean of the two kinds is larger)."""
+    scenario = _scenario("llama-3.1-70b", "a100-80gb", 2, "FP16", 5000, 500)
+    build = trtllm_bench_limits(scenario)
+    per_step = 13 * 5000 / 500
+    mix = iteration_mix(scenario, 13, per_step, build)
+    assert [round(w, 4) for w, _ in mix] == [round(1 - per_step / (2048 - 13), 4), round(per_step / (2048 - 13), 4)]
+    assert mix[1][1].prefill_tokens == 2048 - 13
+    even = P.step_time(scenario, StepLoad(13, 5250, per_step, 2500, 13)).total_s
+    assert mean_step(scenario, mix, EFFICIENCY).total_s > 1.3 * even
+    assert mean_step(scenario, iteration_mix(scenario, 13, 0, build), EFFICIENCY).prefill_tokens == 0
+
+
+def test_the_small_batch_long_prompt_row_is_no_longer_50_percent_over() -> None:
+    """The row that showed it (published 121.47 tok/s; before the chunk mix +50%), with the shipped constants."""
+    row = next(r for r in published_rows("tensorrt") if r["gpu"] == "a100-80gb" and r["model"] == "llama-3.1-70b"
+               and r["tp"] == "2" and r["isl"] == "5000")
+    (result,) = P.compare_published(None, [row])
+    assert result["batch"] == 13 and abs(result["error_pct"]) < 10
+
+
+def test_each_decoding_sequence_adds_its_cost_per_layer() -> None:
+    scenario = _scenario("llama-3.1-8b", "h100-sxm", 1, "FP8", 128, 128)
+    one, many = (P.step_time(scenario, StepLoad(b, 200, 0, 0)).overhead_s for b in (1, 257))
+    assert many - one == pytest.approx(256 * EFFICIENCY.per_sequence_layer_s * 32)
