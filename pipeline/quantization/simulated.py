@@ -184,9 +184,16 @@ def fold_quantized_weights(model: Any) -> Any:
     """Put each Linear's weight on its calibrated quantizer's grid once, in place, and switch that weight
     quantizer off (ModelOpt's `fold_weight`). Unfolded, ModelOpt fake-quantizes every weight at every forward
     call: the whole model again for each decoded token, most of a simulated decode step on the CPU. The
-    weights are the values the quantizer gave at each call; activation and K/V quantizers stay as they are."""
-    from pipeline.quantization.modelopt import quiet_modelopt_import
+    weights are the values the quantizer gave at each call; activation and K/V quantizers stay as they are.
 
+    Each weight first gets storage of its own: a loaded weight can be a view into the checkpoint file at an
+    offset that is not 64-byte aligned, and the CPU GEMM rounds differently on such an operand than on the
+    freshly allocated one the quantizer returned (1e-6, which fp8/int8 activation rounding can turn into
+    another token). So the logits are the unfolded model's, bit for bit."""
+    from pipeline.quantization.modelopt import _quantized_linears, quiet_modelopt_import
+
+    for _, module in _quantized_linears(model):
+        module.weight.data = module.weight.data.clone()
     quiet_modelopt_import().fold_weight(model)
     return model
 
