@@ -17,8 +17,10 @@ flock 9
 if [ ! -f "$stamp" ]; then
     rm -rf "$dir"
     "$python" -m venv "$dir"
-    "$dir/bin/python" -m pip install -q torch==2.13.0 >&2
-    "$dir/bin/python" -m pip install -q -r "$req" >&2
+    # --no-compile: no .pyc for the thousands of modules (torch, transformers' every model, scipy) the probes
+    # never import; the ones they import are compiled on first import and cached in the venv as usual.
+    "$dir/bin/python" -m pip install -q --no-compile torch==2.13.0 >&2
+    "$dir/bin/python" -m pip install -q --no-compile -r "$req" >&2
     touch "$stamp"
 fi
 echo "$dir/bin/python"
