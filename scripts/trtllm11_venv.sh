@@ -2,7 +2,7 @@
 # A second virtual environment with TensorRT-LLM 1.1's transformers 4.57.1 and ModelOpt 0.37
 # (tests/conformance/trtllm-1.1-requirements.txt), for the tests that read our artifacts under both
 # transformers generations. Idempotent: a stamp named after the pins' hash marks a finished
-# install; concurrent callers wait on a lock. About 75 s with a warm pip cache.
+# install; concurrent callers wait on a lock. About 40 s with a warm pip cache (was 75 s before --no-compile).
 #
 #   scripts/trtllm11_venv.sh [DIR]        (default build/.venv-trtllm-1.1; prints DIR/bin/python)
 set -euo pipefail
