@@ -120,11 +120,8 @@ def test_installed_wheel_renders_and_serves_from_another_directory(wheel: Path, 
     from pipeline.serve import free_port
 
     http, grpc, metrics = free_port(), free_port(), free_port()
-    # --exit-timeout 5: smoke's cancel check leaves an ensemble stream "in flight" (README, "Cancellation"), which a
-    # stopping tritonserver waits out for the whole exit timeout (30 s by default), as for the session demo server.
     server = subprocess.Popen([pipeline, "serve", str(bundle), "--http-port", str(http), "--grpc-port", str(grpc),
-                               "--metrics-port", str(metrics), "--log-file", str(tmp_path / "server.log"), "--timeout", "600",
-                               "--exit-timeout", "5"],
+                               "--metrics-port", str(metrics), "--log-file", str(tmp_path / "server.log"), "--timeout", "600"],
                               cwd=elsewhere, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
