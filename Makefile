@@ -170,7 +170,7 @@ bench-scale: $(STAMP)   ## -> $(BUILD_DIR)/bench-scale/reports/bench-scale.json
 	$(BIN)/python scripts/bench_scale.py --root $(BUILD_DIR)/bench-scale
 
 # Soak: the demo deployment under 32 concurrent streams for 10 minutes, 0 failed/lost requests and stable
-# server RSS (exit 4 otherwise; the summary JSON lands in $(BUILD_DIR)/reports/soak.json). `make test` runs a 60 s one.
+# server RSS (exit 4 otherwise; the summary JSON lands in $(BUILD_DIR)/reports/soak.json). `make test` runs a 30 s one.
 SOAK_S ?= 600
 .PHONY: soak
 soak: $(STAMP)

@@ -29,7 +29,7 @@ DEFAULT_ISL, DEFAULT_OSL = 16, 8
 RSS_WARMUP_FRACTION = 1 / 3  # samples in this first share of the run are warm-up (allocator arenas, caches)
 # Allowed slope of the server tree's RSS after warm-up, MiB per minute, or this share of the starting RSS per
 # minute, whichever is larger. A leak grows with the requests served, so it shows as a steady slope; 8 MiB/min
-# is ~11 GiB a day, or a leak of ~50 KiB per request at the 2.8 requests/s the 60 s soak reaches on 2 busy
+# is ~11 GiB a day, or a leak of ~50 KiB per request at the 2.8 requests/s a 60 s soak reached on 2 busy
 # cores (measured: slope 0.11 MiB/min there, the allowed one 10.7 MiB/min from the 0.5 % rule).
 RSS_SLOPE_MIB_PER_MIN = 8.0
 RSS_SLOPE_FRACTION_PER_MIN = 0.005

@@ -176,7 +176,26 @@ def load_reference_model(
     variant = Variant(quant=quant_format(quant).name, kv_cache=kv_cache_format(kv_cache).name)
     needs = variant.fmt.needs_calibration or variant.kv.kv_cache_quant_algo is not None
     texts = list(calib_texts) if calib_texts is not None else (calibration_texts(calib_size) if needs else [])
-    return simulated_model(Path(hf_dir), variant, CalibrationRun(texts=tuple(texts), max_len=calib_max_len))
+    model, tokenizer = simulated_model(Path(hf_dir), variant, CalibrationRun(texts=tuple(texts), max_len=calib_max_len))
+    return (fold_quantized_weights(model) if variant.fmt.is_quantized else model), tokenizer
+
+
+def fold_quantized_weights(model: Any) -> Any:
+    """Put each Linear's weight on its calibrated quantizer's grid once, in place, and switch that weight
+    quantizer off (ModelOpt's `fold_weight`). Unfolded, ModelOpt fake-quantizes every weight at every forward
+    call: the whole model again for each decoded token, most of a simulated decode step on the CPU. The
+    weights are the values the quantizer gave at each call; activation and K/V quantizers stay as they are.
+
+    Each weight first gets storage of its own: a loaded weight can be a view into the checkpoint file at an
+    offset that is not 64-byte aligned, and the CPU GEMM rounds differently on such an operand than on the
+    freshly allocated one the quantizer returned (1e-6, which fp8/int8 activation rounding can turn into
+    another token). So the logits are the unfolded model's, bit for bit."""
+    from pipeline.quantization.modelopt import _quantized_linears, quiet_modelopt_import
+
+    for _, module in _quantized_linears(model):
+        module.weight.data = module.weight.data.clone()
+    quiet_modelopt_import().fold_weight(model)
+    return model
 
 
 class SpeedResult(BaseModel):

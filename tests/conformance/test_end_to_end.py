@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.triton]
 
 CALIB = {"calib_size": 4, "calib_batch_size": 4, "calib_max_len": 64}
 LIMITS = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 2048}
-# Every smoke check, with fewer tokens: simulated fp8 decodes at ~2 tokens/s on a shared 2-core CPU
+# Every smoke check, with fewer tokens: simulated fp8 decodes at a few tokens/s on a shared 2-core CPU
 # (README, "Serving the chosen precision on the CPU"), and the full-size suite took 4 min per server.
 SMOKE = {"max_tokens": 8, "short_max_tokens": 2, "concurrency": 2}
 

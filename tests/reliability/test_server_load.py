@@ -1,7 +1,7 @@
 """Load on the CPU server: a soak without loss and with stable memory, queue overflow answered fast
 with a clear error, and cancelled streams giving their batch slots back.
 
-The 60-second soak runs in `make test` (marked triton + slow) on the shared session server, first in
+The 30-second soak runs in `make test` (marked triton + slow) on the shared session server, first in
 this module; `make soak` runs scripts/soak.py for 10 minutes at concurrency 32. The queue-overflow
 test starts its own queue-limited server for that test only. Cancellation is shown where Triton 2.51
 delivers it (BLS and direct tensorrt_llm requests); through the ensemble it does not reach the model
@@ -39,9 +39,9 @@ def _soak_module():
 
 
 @pytest.mark.soak
-def test_soak_60s_concurrency_32(demo_server) -> None:
+def test_soak_30s_concurrency_32(demo_server) -> None:
     soak = _soak_module()
-    summary = soak.soak(demo_server.grpc_url, duration_s=60, concurrency=32, server_pid=demo_server.pid,
+    summary = soak.soak(demo_server.grpc_url, duration_s=30, concurrency=32, server_pid=demo_server.pid,
                         sample_every_s=2)  # soak.DEFAULT_ISL / DEFAULT_OSL: short requests the CPU keeps up with
     print({k: v for k, v in summary.items() if k != "rss_samples_mib"})
     assert summary["requests_recorded"] >= 32, summary

@@ -24,7 +24,7 @@ def test_a_one_off_allocation_is_not_a_leak_and_a_steady_slope_is() -> None:
     # +300 MiB in the first seconds (arenas, caches), then flat: the old rule (256 MiB or 15 %) called it a leak
     warm = [(t, base + (300 * MIB if t >= 4 else 0)) for t in range(0, 62, 2)]
     assert abs(soak.rss_slope_mib_per_min(warm)) < 1.0
-    # +20 MiB a minute, steadily: 20 MiB over the 60 s soak, which the old rule let through
+    # +20 MiB a minute, steadily: 20 MiB over a 60 s soak, which the old rule let through
     leak = [(t, base + int(20 * MIB * t / 60)) for t in range(0, 62, 2)]
     assert 19.0 < soak.rss_slope_mib_per_min(leak) < 21.0
     allowed = max(soak.RSS_SLOPE_MIB_PER_MIN, soak.RSS_SLOPE_FRACTION_PER_MIN * base / MIB)

@@ -1,4 +1,5 @@
-"""pipeline.quantization.simulated without a model: what simulated_model hands quantize_model, what greedy_speed times."""
+"""pipeline.quantization.simulated: what simulated_model hands quantize_model, what greedy_speed times (stubs, no model),
+and that load_reference_model quantizes the weights once (a tiny real checkpoint)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,31 @@ def test_greedy_speed_times_exactly_new_tokens_repeats_times_after_one_warm_up()
     assert len(result.runs) == 2 and result.tokens_per_s > 0
     default = greedy_speed(Model(), Tokenizer(), name="x")
     assert default.new_tokens == 32 and len(default.runs) == 3 and prompts[-1] == SpeedRun().prompt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["fp8", "int8_sq"])
+def test_reference_model_weights_are_quantized_once_not_at_every_forward(tiny_ckpt: Path, quant: str) -> None:
+    """load_reference_model folds each weight quantizer into its weight: the weights hold what the quantizer
+    gives (the unfolded model's), the weight quantizers are off, the activation quantizers stay on, and the
+    logits are the unfolded model's, bit for bit. Unfolded, every forward call fake-quantized the whole model again."""
+    import torch
+
+    from pipeline.quantization.modelopt import _quantized_linears
+    from pipeline.quantization.simulated import load_reference_model
+
+    texts = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9 w10"]
+    torch.manual_seed(0)
+    unfolded, _ = simulated_model(tiny_ckpt, Variant(quant=quant), CalibrationRun(texts=tuple(texts), max_len=256))
+    torch.manual_seed(0)
+    folded, _ = load_reference_model(tiny_ckpt, quant, calib_texts=texts)
+    pairs = list(zip(_quantized_linears(unfolded), _quantized_linears(folded)))
+    assert pairs
+    with torch.no_grad():
+        for (name, before), (_, after) in pairs:
+            assert before.weight_quantizer.is_enabled and not after.weight_quantizer.is_enabled, name
+            assert after.input_quantizer.is_enabled, name
+            assert torch.equal(after.weight, before.weight_quantizer(before.weight)), name
+            assert after.weight.data_ptr() % 64 == 0, name  # storage of its own, aligned as the quantizer's output was
+        ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+        assert torch.equal(folded(ids).logits, unfolded(ids).logits)
