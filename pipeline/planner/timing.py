@@ -9,7 +9,6 @@ TTFT, TPOT and throughput all come from this one step-time model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,9 +107,7 @@ def iteration_mix(scenario: Scenario, batch: float, prefill_per_step: float, bui
     if not build.get("chunked_prefill", True):  # tried as whole prompts; worse held out (README), so spread evenly
         return [(1.0, StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=prefill_per_step,
                                prefill_context=isl / 2, logits_tokens=batch))]
-    room = max(1.0, build["max_num_tokens"] - batch)
-    chunk = room
-    chunk = max(chunk, prefill_per_step)
+    chunk = max(1.0, build["max_num_tokens"] - batch, prefill_per_step)  # the token budget left beside the decodes
     share = prefill_per_step / chunk
     mixed = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=chunk, prefill_context=isl / 2,
                      logits_tokens=batch)
