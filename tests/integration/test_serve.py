@@ -61,11 +61,17 @@ def test_failing_model_is_named_with_its_log_line(tmp_path: Path) -> None:
     assert "echo:" not in message  # the healthy model is not blamed
 
 
+def _sigint_as_in_a_terminal() -> None:
+    # A run started in the background by a non-interactive shell (`make test &`, nohup) inherits SIGINT ignored,
+    # and Python then installs no Ctrl-C handler: the child gets the disposition a foreground `pipeline serve` has.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli_serve(log: Path, repo: Path = ECHO_REPO) -> subprocess.Popen:
     return subprocess.Popen(
         [str(Path(sys.executable).with_name("pipeline")), "--quiet", "serve", str(repo), "--json",
          "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--log-file", str(log), "--no-warmup"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_in_a_terminal,
     )
 
 
