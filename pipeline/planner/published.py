@@ -4,7 +4,6 @@ scripts/plan_vs_published.py fits the constants and cross-validates them)."""
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from pipeline.core.errors import InvalidInputError
 from pipeline.data import fact_rows
 from pipeline.planner.rates import Efficiency, efficiency_for
-from pipeline.planner.recommend import recommend_build
+from pipeline.planner.recommend import recommend_build, round_up, tokens_for
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec, model_spec_from_dict
 from pipeline.planner.timing import ThroughputEstimate, max_throughput
@@ -71,10 +70,6 @@ _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 _GIB = 1024**3
 
 
-def _round_up(value: float, step: int) -> int:
-    return int(step * math.ceil(value / step))
-
-
 def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[str, Any]:
     """The max_batch_size / max_num_tokens trtllm-bench picks for this scenario (see the comment above), as a build."""
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
@@ -83,15 +78,11 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[s
     memory_gib = (scenario.gpu.memory_gib or 0) * tp - model.param_count * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
     requests = max(0.0, memory_gib * PUBLISHED_KV_FRACTION / (per_token_gib * (isl + osl)))
     raw_bs = min(requests, 4096)
-    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
     if raw_bs < 256:
-        max_bs = max(64, _round_up(raw_bs, 32))
+        max_bs = max(64, round_up(raw_bs, 32))
     else:
-        max_bs = _round_up(raw_bs, 128 if raw_bs < 1024 else 256)
-    if raw_tokens < 4096:
-        max_tokens = max(2048, _round_up(raw_tokens, 256))
-    else:
-        max_tokens = _round_up(raw_tokens, 512 if raw_tokens < 8192 else 1024)
+        max_bs = round_up(raw_bs, 128 if raw_bs < 1024 else 256)
+    max_tokens = tokens_for(raw_bs, isl, osl)  # from the unrounded request count, as finetune_setting does
     chunked = backend != "pytorch"
     if not chunked:
         max_tokens = max(max_tokens, isl + max_bs)

@@ -13,7 +13,7 @@ MAX_BATCH_CAP = 4096  # beyond this the decoder buffers grow without throughput 
 MAX_NUM_TOKENS_CAP = 32768
 
 
-def _round_up(value: float, step: int) -> int:
+def round_up(value: float, step: int) -> int:
     return int(step * math.ceil(value / step))
 
 
@@ -21,15 +21,16 @@ def _batch_from_capacity(sequences: float) -> int:
     """A max_batch_size a little above what the KV cache holds (the runtime caps it there anyway)."""
     sequences = max(1.0, min(sequences, MAX_BATCH_CAP))
     if sequences < 256:
-        return max(8, _round_up(sequences, 32) if sequences > 32 else _round_up(sequences, 8))
-    return _round_up(sequences, 128 if sequences < 1024 else 256)
+        return max(8, round_up(sequences, 32) if sequences > 32 else round_up(sequences, 8))
+    return round_up(sequences, 128 if sequences < 1024 else 256)
 
 
-def _tokens_for(batch: int, isl: int, osl: int) -> int:
-    """max_num_tokens: enough for the batch's decode tokens plus its average share of prefill."""
+def tokens_for(batch: float, isl: int, osl: int) -> int:
+    """max_num_tokens: enough for the batch's decode tokens plus its average share of prefill (trtllm-bench's own rule,
+    tensorrt_llm/bench/build/tuning.py finetune_setting: capped at 32768, stepped 256/512/1024, at least 2048)."""
     raw = min(batch * (1 + isl / osl), MAX_NUM_TOKENS_CAP)
     step = 256 if raw < 4096 else 512 if raw < 8192 else 1024
-    return max(2048, _round_up(raw, step))
+    return max(2048, round_up(raw, step))
 
 
 def recommend_build(scenario: Scenario, goal: Goal) -> dict[str, Any]:
@@ -52,10 +53,10 @@ def recommend(scenario: Scenario, goal: Goal) -> dict[str, Any]:
     sequences = capacity.max_sequences
     if goal == "throughput":
         max_batch_size = _batch_from_capacity(sequences)
-        max_num_tokens = _tokens_for(max_batch_size, isl, osl)
+        max_num_tokens = tokens_for(max_batch_size, isl, osl)
     else:
         max_batch_size = max(1, min(sequences, 64))
-        max_num_tokens = max(2048, min(_round_up(isl + max_batch_size, 256), MAX_NUM_TOKENS_CAP))
+        max_num_tokens = max(2048, min(round_up(isl + max_batch_size, 256), MAX_NUM_TOKENS_CAP))
     max_seq_len = isl + osl
     return {
         "max_batch_size": int(max_batch_size),
