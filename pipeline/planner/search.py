@@ -21,12 +21,12 @@ from pipeline.core.gpus import MATRIX_COLUMNS, MATRIX_KV_COLUMNS, get_gpu, pytor
 from pipeline.planner.accuracy import accuracy_costs
 from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
-from pipeline.planner.memory import memory_plan
+from pipeline.planner.memory import DEFAULT_KV_FRACTION, memory_plan
 from pipeline.planner.prices import Price
+from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec, model_spec_from_config
-from pipeline.planner.memory import DEFAULT_KV_FRACTION
 from pipeline.planner.slo import Latency, SloTarget, backend_efficiency, latency, meets, shortfall
 
 Backend = Literal["tensorrt", "pytorch"]
@@ -151,15 +151,14 @@ def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     return [{**base, "max_batch_size": b, "max_num_tokens": t} for b in batches for t in budgets]
 
 
-def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, backend: str) -> Latency | None:
-    """The latency at the highest concurrency (1..batch) meeting the SLO; None when 1 does not."""
-    eff = backend_efficiency(scenario, backend)
+def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, eff: Efficiency) -> tuple[Latency | None, Latency]:
+    """(the latency at the highest concurrency (1..batch) meeting the SLO, None when 1 does not; the latency at 1)."""
     first = scale(latency(scenario, 1, build, eff))
     if not meets(slo, first):
-        return None
+        return None, first
     top = scale(latency(scenario, build["max_batch_size"], build, eff))
     if meets(slo, top):
-        return top
+        return top, first
     low, high, best = 1, top.concurrency, first
     while low < high - 1:  # predictions grow with concurrency: bisect for the last one that meets
         mid = (low + high) // 2
@@ -168,7 +167,7 @@ def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, b
             low, best = mid, at
         else:
             high = mid
-    return best
+    return best, first
 
 
 def _priced(candidate: Candidate, spec: SearchSpec, price: Price | None) -> Candidate:
@@ -213,6 +212,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
                     refusal = _backend_refusal(spec, gpu, quant, kv)
                     try:
                         scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
+                        eff = backend_efficiency(scenario, spec.backend)
                         grid = [] if refusal else _grid(spec, scenario)
                     except InvalidInputError as error:  # UnsupportedError too: precision, TP split, lengths
                         skipped[name] = error.message
@@ -225,10 +225,9 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
                                            kv_fraction=build["kv_cache_free_gpu_mem_fraction"]).fits:
                             continue
                         count += 1
-                        found = _highest(scenario, build, spec.slo, scale, spec.backend)
+                        found, first = _highest(scenario, build, spec.slo, scale, eff)
                         label = (f"{name} batch {build['max_batch_size']} tokens {build['max_num_tokens']}")
                         if found is None:
-                            first = scale(latency(scenario, 1, build, backend_efficiency(scenario, spec.backend)))
                             miss = shortfall(spec.slo, first)
                             if closest is None or miss < closest.shortfall:
                                 closest = Miss(build=label, shortfall=round(miss, 3), latency=first)
