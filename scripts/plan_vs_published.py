@@ -71,8 +71,8 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
         values = iter(z)
         return [next(values) if is_free else x0[i] for i, is_free in enumerate(free)]
 
-    engines = not (rows and all(r.get("backend") == "pytorch" for r in rows))
-    overhead_cap = ENGINE_OVERHEAD_CAP_US if engines else 500
+    pytorch = bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
+    overhead_cap = 500 if pytorch else ENGINE_OVERHEAD_CAP_US
 
     def loss(z) -> float:
         x = full(z)
@@ -88,7 +88,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
     # cost is a few us: its fit keeps the single start from PRIOR (the grid's optimum there is ~190 us per layer, which
     # no batch-1 latency supports and the max-load rows cannot refute).
     starts = [x0]
-    if rows and all(r.get("backend") == "pytorch" for r in rows):
+    if pytorch:
         grid = [[bw, x0[1], x0[2], us, x0[4]] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
         starts.append(min(grid, key=lambda x: loss([v for v, is_free in zip(x, free) if is_free])))
     results = [minimize(loss, [v for v, is_free in zip(x, free) if is_free], method="Nelder-Mead",
