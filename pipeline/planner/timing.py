@@ -101,17 +101,18 @@ def iteration_mix(scenario: Scenario, batch: float, prefill_per_step: float, bui
     the rest decode only (weight- and KV-read-bound). As GEMM time is the longer of weight reads and compute,
     the mean of the two kinds exceeds one iteration at the mean load. (weight, load) pairs; weights sum to 1."""
     isl, osl = scenario.isl, scenario.osl
-    decode = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=0, prefill_context=0, logits_tokens=batch)
+
+    def carrying(prefill_tokens: float) -> StepLoad:  # `batch` sequences decoding beside this many prompt tokens
+        return StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=prefill_tokens, prefill_context=isl / 2,
+                        logits_tokens=batch)
+
     if prefill_per_step <= 0:
-        return [(1.0, decode)]
+        return [(1.0, carrying(0))]
     if not build.get("chunked_prefill", True):  # tried as whole prompts; worse held out (README), so spread evenly
-        return [(1.0, StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=prefill_per_step,
-                               prefill_context=isl / 2, logits_tokens=batch))]
+        return [(1.0, carrying(prefill_per_step))]
     chunk = max(1.0, build["max_num_tokens"] - batch, prefill_per_step)  # the token budget left beside the decodes
     share = prefill_per_step / chunk
-    mixed = StepLoad(decode=batch, decode_context=isl + osl / 2, prefill_tokens=chunk, prefill_context=isl / 2,
-                     logits_tokens=batch)
-    return [(1 - share, decode), (share, mixed)]
+    return [(1 - share, carrying(0)), (share, carrying(chunk))]
 
 
 def mean_step(scenario: Scenario, mix: list[tuple[float, StepLoad]], eff: Efficiency) -> StepTime:
