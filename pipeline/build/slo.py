@@ -74,9 +74,10 @@ def with_slo_options(options: dict[str, Any], why: dict[str, str],
     the limits (slo_limits); kv_cache_config.free_gpu_memory_fraction becomes the choice's KV fraction."""
     if plan is None:
         return options, why
+    from pipeline.planner.slo import bounds_text
+
     options = {**options, "kv_cache_config": {**options["kv_cache_config"], "free_gpu_memory_fraction": plan[FRACTION]}}
-    bounds = ", ".join(f"{k}<={v:g}" for k, v in plan["slo"].items())
-    chosen = f"chosen by the SLO search for {bounds} at ISL {plan['isl']} / OSL {plan['osl']} (manifest slo_plan)"
+    chosen = f"chosen by the SLO search for {bounds_text(plan['slo'])} at ISL {plan['isl']} / OSL {plan['osl']} (manifest slo_plan)"
     why = {**why, "kv_cache_config.free_gpu_memory_fraction": f"the KV fraction the SLO search planned memory with: {chosen}"}
     for key in ("max_batch_size", "max_num_tokens"):
         if options[key] == plan[key]:

@@ -100,9 +100,11 @@ COLUMNS = ["GPU", "quant/KV", "batch/tokens", "conc.", "TTFT p50/p99 ms", "TPOT 
 
 
 def _table(result):
+    from pipeline.planner.slo import bounds_text
+
     rows = [_row(c) for c in result.best_per_gpu]
     rows.append(["Pareto front"] + [""] * (len(COLUMNS) - 1))
     rows += [_row(c) for c in result.pareto]
-    title = (f"{result.model} ISL {result.isl} / OSL {result.osl}, SLO {', '.join(f'{k}<={v:g}' for k, v in result.slo.items())}: "
+    title = (f"{result.model} ISL {result.isl} / OSL {result.osl}, SLO {bounds_text(result.slo)}: "
              f"{result.feasible} of {result.candidates} builds meet it (best per GPU, then the front)")
     return simple_table(title, COLUMNS, rows)

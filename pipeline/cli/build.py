@@ -130,11 +130,13 @@ def _lora_line(lora) -> str:
 
 def _slo_lines(plan) -> list[str]:
     """The SLO plan (`--slo`): what the limits were chosen for and what the planner predicts at its concurrency."""
+    from pipeline.planner.slo import bounds_text
+
     record = plan.slo_plan
     if not record:
         return []
     predicted = ", ".join(f"{k} {record['prediction'][k]:.1f}" for k in record["slo"])
-    return [f"slo         {', '.join(f'{k}<={v:g}' for k, v in record['slo'].items())} at ISL {record['isl']} / OSL "
+    return [f"slo         {bounds_text(record['slo'])} at ISL {record['isl']} / OSL "
             f"{record['osl']}: max_batch_size {record['max_batch_size']}, max_num_tokens {record['max_num_tokens']}, KV "
             f"fraction {record['kv_cache_free_gpu_mem_fraction']:g}; predicted at concurrency {record['concurrency']}: {predicted}"]
 

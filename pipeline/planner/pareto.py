@@ -57,11 +57,12 @@ def plot_front(cloud: Sequence[tuple[float, float]], front: Sequence[P], path: P
 def write_plan_report(result, folder: Path) -> dict[str, Path]:
     """plan.json (the whole search result) and pareto.png beside it, in `folder`."""
     from pipeline.core.artifacts import write_json_atomic
+    from pipeline.planner.slo import bounds_text
 
     folder.mkdir(parents=True, exist_ok=True)
     json_path = folder / "plan.json"
     write_json_atomic(json_path, result.model_dump(mode="json"))
-    slo = ", ".join(f"{k}<={v:g}" for k, v in result.slo.items())
+    slo = bounds_text(result.slo)
     labels = [f"{c.tp}x {c.gpu} {c.quant} b{c.max_batch_size} c{c.concurrency}" for c in result.pareto]
     png = plot_front(result.points, result.pareto, folder / "pareto.png",
                      f"{result.model}: ISL {result.isl} / OSL {result.osl}, {slo}", labels)

@@ -38,6 +38,11 @@ class SloTarget(BaseModel):
         return ",".join(f"{k}={v:g}" for k, v in self.bounds.items())
 
 
+def bounds_text(bounds: dict[str, float]) -> str:
+    """SLO bounds as people read them: `ttft_p99_ms<=500, tpot_p99_ms<=40` (SloTarget.text is the parseable form)."""
+    return ", ".join(f"{k}<={v:g}" for k, v in bounds.items())
+
+
 def parse_slo(text: str) -> SloTarget:
     """`ttft_p99_ms=500,tpot_p99_ms=40` -> SloTarget; an unknown key or a bound that is not a positive
     number is refused naming the keys that exist."""
