@@ -8,6 +8,11 @@
 #                                                        the build context; keeps the root filesystem)
 #
 # `build` (the base and the image: mostly downloads and copies) can run beside `make test`; `check` needs the CPU.
+#
+# IMAGE_TEST_PRUNE=1 (what .ci/run sets): keep only what `check` needs. The vfs driver stores every layer as a
+# whole copy of the filesystem, so the image is squashed into one layer and the base image, its root filesystem
+# and the wheels are deleted once it is built (~3 GB freed while `make test` runs beside; the next run makes the
+# base again, minutes).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 phase=all
@@ -33,10 +38,16 @@ if [ "$phase" != check ]; then
     "$root/tests/image/make_base.sh" "$work"
 
     printf '\n== buildah bud (%s)\n' "$(date +%T)"
-    buildah bud --format docker --isolation chroot --layers=false --pull=never -q \
+    squash=()
+    if [ "${IMAGE_TEST_PRUNE:-0}" = 1 ]; then squash=(--squash); fi
+    buildah bud --format docker --isolation chroot --layers=false --pull=never -q "${squash[@]}" \
         --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
         -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
         || { tail -n 40 "$work/bud.log"; exit 1; }
+    if [ "${IMAGE_TEST_PRUNE:-0}" = 1 ]; then
+        buildah rmi "nvcr.io/nvidia/tritonserver:${release}-trtllm-python-py3" > /dev/null
+        rm -rf "$work/rootfs" "$work/pytriton" "$work/wheels"
+    fi
 fi
 [ "$phase" = build ] && { echo "image-test build: $image in $(($(date +%s) - started)) s"; exit 0; }
 

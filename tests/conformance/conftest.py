@@ -93,6 +93,7 @@ def demo_as(demo_hf_dir: Path, session_build_root: Path, tmp_path_factory: pytes
             _save_with_demo_tokenizer(model, demo_hf_dir, folder)
             shutil.copy(demo_hf_dir / "generation_config.json", folder / "generation_config.json")
             made[architecture] = _through_download(folder, session_build_root)
+            shutil.rmtree(folder)  # the download copied it (540 MB of float32 weights): the disk CI has is finite
         return made[architecture]
 
     return make
