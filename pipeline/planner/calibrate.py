@@ -8,8 +8,18 @@ metric is fitted as measured = factor x predicted + offset (ms), least squares o
 offset is what the model has no term for (a fixed cost per request or per iteration: on the CPU, Python), the
 factor what it gets wrong in proportion, so the fit carries to other ISL/OSL better than a factor alone.
 Where the levels do not tell the two apart (their predictions hardly differ) or the fit would need a negative
-offset, the factor alone (the geometric mean of measured/predicted) is fitted. The band is the largest
-remaining |log(measured / calibrated prediction)|: a calibrated prediction v is given as [v e^-band, v e^band].
+offset, the factor alone (the geometric mean of measured/predicted) is fitted.
+
+On the CPU that fallback is the offset alone (factor 1), the factor alone only where the model predicts too
+much: the planner measured this host's bandwidth and FLOP/s itself (planner/cpu.py), so what a bench adds is
+the Python cost per request and per token those rates cannot see. A factor fitted there instead takes up how
+two clients share two cores at one ISL/OSL and multiplies it into every other: calibrated at ISL 64/OSL 16, a
+TPOT factor of ~3 put ISL 256/OSL 8 at 2-4x its measured TPOT, and the median error there rose in three of four
+benched pairs (36.8 -> 39.7, 24.6 -> 48.7, 18.2 -> 35.2%; 15.2 -> 14.4); with the offset it fell in all four
+(-> 11.1, 15.8, 13.4, 12.5%).
+
+The band is the largest remaining |log(measured / calibrated prediction)|: a calibrated prediction v is given
+as [v e^-band, v e^band].
 """
 
 from __future__ import annotations
@@ -117,8 +127,10 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
     return out
 
 
-def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """(factor, offset) minimising sum(((factor p + offset) - m) / m)^2 over (measured m, predicted p)."""
+def _fit(points: list[tuple[float, float]], fixed_costs_first: bool = False) -> tuple[float, float]:
+    """(factor, offset) minimising sum(((factor p + offset) - m) / m)^2 over (measured m, predicted p). Where the two
+    cannot be told apart or the offset would be negative: the factor alone, or with fixed_costs_first (the CPU,
+    module docstring) the offset alone at factor 1 while it is not negative."""
     xs, ys = [p / m for m, p in points], [1 / m for m, _ in points]
     sxx, sxy, syy = sum(x * x for x in xs), sum(x * y for x, y in zip(xs, ys)), sum(y * y for y in ys)
     sx, sy = sum(xs), sum(ys)
@@ -128,6 +140,10 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
         factor, offset = (sx * syy - sy * sxy) / det, (sy * sxx - sx * sxy) / det
         if factor > 0 and offset >= 0:
             return factor, offset
+    if fixed_costs_first:
+        offset = sum((m - p) / (m * m) for m, p in points) / sum(1 / (m * m) for m, _ in points)
+        if offset >= 0:
+            return 1.0, offset
     return math.exp(statistics.fmean(math.log(m / p) for m, p in points)), 0.0
 
 
@@ -161,7 +177,7 @@ def fit_calibration(files: list[Path], model: ModelSpec, model_path: Path, gpus:
     for metric in METRICS:
         points = [(v, p) for m, v, p in pairs if m == metric]
         if points:
-            factor, offset = _fit(points)
+            factor, offset = _fit(points, fixed_costs_first=target.is_cpu)
             factors[metric], offsets[metric] = round(factor, 4), round(offset, 3)
             band[metric] = round(max(abs(math.log(v / (factor * p + offset))) for v, p in points), 4)
     return Calibration(model=name, gpu=get_gpu(gpu).key, backend=backend, target=target, factors=factors,

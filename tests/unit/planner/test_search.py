@@ -10,7 +10,8 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.core.errors import InvalidInputError
-from pipeline.planner.calibrate import fit_calibration, prediction_error
+from pipeline.planner.calibrate import _fit, fit_calibration, prediction_error
+from pipeline.planner.cpu import plan_target
 from pipeline.planner.pareto import pareto_front, write_plan_report
 from pipeline.planner.prices import load_prices
 from pipeline.planner.search import SearchSpec, require_feasible, search
@@ -82,17 +83,19 @@ def test_an_infeasible_slo_names_the_closest_build_and_what_it_reaches() -> None
 
 
 def _bench_file(tmp_path: Path, name: str, *, model: str, gpu: str, factor: float, isl: int, osl: int,
-                offset: float = 0.0) -> Path:  # offset: a fixed TTFT cost (ms) the model has no term for
-    """A bench.json whose measurements are the planner's own prediction times `factor` (what calibration must find)."""
+                offset: float = 0.0, per_token: float = 0.0, quant: str = "fp8") -> Path:
+    """A bench.json whose measurements are the planner's own prediction times `factor` (what calibration must find),
+    plus `offset` ms on TTFT and `per_token` ms on TPOT (fixed costs the model has no term for)."""
     build = {"max_batch_size": 16, "max_num_tokens": 4096, "kv_cache_free_gpu_mem_fraction": 0.9}
-    scenario = P.Scenario(LLAMA_8B, gpu, "fp8", "fp8", 1, isl, osl)
+    kv = "fp8" if quant == "fp8" else None
+    scenario = P.Scenario(LLAMA_8B, plan_target(gpu), quant, kv, 1, isl, osl)
     levels = []
     for c in (1, 4, 8):
         lat = latency(scenario, c, {**build, "max_input_len": isl, "max_seq_len": isl + osl})
         levels.append({"load": f"c={c}", "concurrency": c, "completed": 8, "isl": {"mean": isl}, "osl": {"mean": osl},
                        "ttft_ms": {"p50": lat.ttft_p50_ms * factor + offset, "p99": lat.ttft_p99_ms * factor + offset},
-                       "tpot_ms": {"p50": lat.tpot_p50_ms * factor, "p99": lat.tpot_p99_ms * factor}})
-    deployment = {"model": model, "gpu": gpu, "backend": "tensorrt", "quant": "fp8", "kv_cache": "fp8", "tp": 1, **build}
+                       "tpot_ms": {"p50": lat.tpot_p50_ms * factor + per_token, "p99": lat.tpot_p99_ms * factor + per_token}})
+    deployment = {"model": model, "gpu": gpu, "backend": "tensorrt", "quant": quant, "kv_cache": kv, "tp": 1, **build}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps({"deployment": deployment, "levels": levels}))
     return path
@@ -119,6 +122,27 @@ def test_calibration_separates_a_fixed_cost_from_a_proportional_one(tmp_path: Pa
     cal = fit_calibration([fitted], model, LLAMA_8B, ("h100",))
     assert cal.factors["ttft"] == pytest.approx(1.3, rel=1e-2) and cal.offsets_ms["ttft"] == pytest.approx(25.0, rel=2e-2)
     assert prediction_error([other], model, cal)["worst_pct"] < 1.0 < prediction_error([other], model, None)["worst_pct"]
+
+
+def test_on_the_cpu_calibration_fits_the_fixed_costs_its_measured_rates_cannot_see(tmp_path: Path) -> None:
+    model = P.model_spec_from_config(LLAMA_8B)
+    costs = {"factor": 1.0, "offset": 80.0, "per_token": 30.0, "quant": "fp16"}  # Python per request and per token
+    fitted = _bench_file(tmp_path, "a", model="llama-3.1-8b", gpu="cpu", isl=64, osl=16, **costs)
+    other = _bench_file(tmp_path, "b", model="llama-3.1-8b", gpu="cpu", isl=256, osl=8, **costs)
+    cal = fit_calibration([fitted], model, LLAMA_8B, ("cpu",))
+    assert cal.factors == {"ttft": 1.0, "tpot": 1.0}
+    assert cal.offsets_ms == {"ttft": pytest.approx(80.0, rel=1e-3), "tpot": pytest.approx(30.0, rel=1e-3)}
+    assert prediction_error([other], model, cal)["worst_pct"] < 0.5
+    # measured growing faster than predicted across levels (a free fit wants a negative offset): on a GPU the
+    # factor alone, on the CPU the fixed cost alone
+    steep = [(55.0, 31.0), (70.0, 31.0), (116.0, 45.0), (141.0, 45.0)]  # (measured, predicted) TPOT ms, c=1 and c=2
+    gpu_factor, gpu_offset = _fit(steep)
+    cpu_factor, cpu_offset = _fit(steep, fixed_costs_first=True)
+    assert gpu_factor > 2 and gpu_offset == 0.0 and cpu_factor == 1.0 and 30 < cpu_offset < 50
+    # a model that predicts too much on this host: a fixed cost cannot take it back, a factor below 1 does
+    slower = fit_calibration([_bench_file(tmp_path, "c", model="llama-3.1-8b", gpu="cpu", isl=64, osl=16, factor=0.6,
+                                          quant="fp16")], model, LLAMA_8B, ("cpu",))
+    assert slower.factors["tpot"] == pytest.approx(0.6, rel=1e-3) and slower.offsets_ms["tpot"] == 0.0
 
 
 @pytest.mark.parametrize("model, gpu, words", [("llama-3.1-70b", "h100-sxm", "another model"), ("llama-3.1-8b", "h200", "another GPU")])
