@@ -111,6 +111,7 @@ IMAGE_TEST_DIR ?= /var/tmp/trtllm-pipeline-image-test
 # IMAGE_TEST_PHASE: all (default), or its halves: build (the base and the image: downloads and copies, fine beside
 # `make test`) and check (the checks inside it, which need the CPU).
 IMAGE_TEST_PHASE ?= all
+# IMAGE_TEST_PRUNE=1 (.ci/run): after the build keep only the squashed image (scripts/image_test.sh says why).
 image-test:
 	scripts/image_test.sh $(IMAGE_TEST_PHASE) $(IMAGE_TEST_DIR)
 profiles: $(STAMP)

@@ -101,7 +101,8 @@ def test_ci_builds_and_checks_the_image_after_the_tests():
     buildah on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
     commands = [line.split(">")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line.startswith("make ")]
-    assert commands == ["make image-test IMAGE_TEST_PHASE=build", "make test", "make image-test IMAGE_TEST_PHASE=check"]
+    assert commands == ["make image-test IMAGE_TEST_PHASE=build IMAGE_TEST_PRUNE=1", "make test",
+                        "make image-test IMAGE_TEST_PHASE=check"]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^IMAGE_TEST_PHASE \?= all$", makefile, re.M)
     assert re.search(r"^image-test:\n\tscripts/image_test.sh \$\(IMAGE_TEST_PHASE\) ", makefile, re.M)
