@@ -8,7 +8,13 @@ written down below, not fitted.
 
 from __future__ import annotations
 
+import bisect
+import csv
+import io
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 
 from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
@@ -38,16 +44,17 @@ class Efficiency:
 # Fitted by scripts/plan_vs_published.py --fit on every published row of each backend (pipeline/data/
 # trtllm_published_throughput.tsv), starting from PRIOR. These are in-sample constants: the accuracy to quote is
 # the cross-validated one (`make plan-check`: each fold refitted from PRIOR on its training rows only).
-# TensorRT engines: the per-layer overhead sits at the fit's 25 us ceiling (scripts/plan_vs_published.py
-# ENGINE_OVERHEAD_CAP_US: launches overlap the GPU work, and a batch-1 decode must stay a weight read within 1.3x,
-# tests/unit/planner/test_timing.py; the max-load rows alone trade it for bandwidth, up to ~170 us and a doubled TPOT).
-EFFICIENCY = Efficiency(bandwidth=0.706, compute_16bit=0.64, compute_8bit=0.608, step_overhead_per_layer_s=25.0e-6,
-                        per_sequence_layer_s=176.8e-9)
+# TensorRT engines: with TP's all-reduces taken from silicon (measured_allreduce_s) the per-layer overhead fell from the
+# fit's 25 us ceiling (scripts/plan_vs_published.py ENGINE_OVERHEAD_CAP_US: launches overlap the GPU work, and a batch-1
+# decode must stay a weight read within 1.3x, tests/unit/planner/test_timing.py) to 7.5 us: the fit had used it to stand
+# in for TP 4-8's all-reduce time, which the 8 us-per-call estimate put at a third to a half of the measured one.
+EFFICIENCY = Efficiency(bandwidth=0.696, compute_16bit=0.659, compute_8bit=0.565, step_overhead_per_layer_s=7.5e-6,
+                        per_sequence_layer_s=145.2e-9)
 # PyTorch: the fit (from PRIOR and from the best point of a fixed grid, scripts/plan_vs_published.py fit()) runs to the
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
-PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.554, step_overhead_per_layer_s=163.9e-6,
-                                per_sequence_layer_s=153.4e-9)
+PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.54, step_overhead_per_layer_s=154.3e-6,
+                                per_sequence_layer_s=131.8e-9)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns.
@@ -59,11 +66,49 @@ def efficiency_for(backend: str) -> Efficiency:
     """The constants of a backend: "tensorrt" (engines) or "pytorch" (the LLM API's PyTorch backend)."""
     return PYTORCH_EFFICIENCY if backend == "pytorch" else EFFICIENCY
 
-# Per-GPU all-reduce bandwidth (bytes/s, one direction) and latency by interconnect generation.
+# Per-GPU all-reduce bandwidth (bytes/s, one direction) and latency by interconnect generation: the estimate where no
+# measured latency applies (measured_allreduce_s: NVLink GPUs of data/trtllm_allreduce_latency.tsv, TP 2, 4, 8).
 NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
 PCIE_BANDWIDTH = 25e9  # PCIe Gen4 x16, effective
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6}
 ALLREDUCE_EFFICIENCY = 0.7
+
+
+@lru_cache(maxsize=1)
+def _allreduce_table() -> dict[tuple[str, int], tuple[list[float], list[float]]]:
+    """(gpu key, tp) -> (message elements, seconds), ascending: data/trtllm_allreduce_latency.tsv."""
+    text = resources.files("pipeline.data").joinpath("trtllm_allreduce_latency.tsv").read_text(encoding="utf-8")
+    rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))),
+                          delimiter="\t")
+    table: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    for row in rows:
+        sizes, seconds = table.setdefault((row["gpu"], int(row["tp"])), ([], []))
+        sizes.append(float(row["message_elements"]))
+        seconds.append(float(row["latency_us"]) * 1e-6)
+    for sizes, seconds in table.values():  # a larger message is never faster: a dip below is measurement noise
+        for i in range(len(seconds) - 2, -1, -1):
+            seconds[i] = min(seconds[i], seconds[i + 1])
+    return table
+
+
+def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None:
+    """Seconds of one TensorRT-LLM custom all-reduce of `elements` 16-bit values over `tp` GPUs, interpolated
+    (log-log) in the latencies measured on this GPU (data/trtllm_allreduce_latency.tsv); None where it has none.
+
+    NVLink GPUs only: the custom all-reduce reads its peers' buffers over NVLink. The table's L40S figures (a PCIe
+    system) run 10-50x the PCIe estimate (TP 8, 4M elements: 12.8 ms) and put the published L40S TP 2-8 rows at up to
+    -88%: whatever system NVIDIA's L40S runs used moved the data far faster, so a PCIe GPU keeps the estimate."""
+    found = _allreduce_table().get((gpu.key, tp)) if gpu.nvlink else None
+    if not found or elements <= 0:
+        return None
+    sizes, seconds = found
+    if elements <= sizes[0]:
+        return seconds[0]
+    if elements >= sizes[-1]:
+        return seconds[-1] * elements / sizes[-1]  # bandwidth-bound beyond the largest measured message
+    i = bisect.bisect_left(sizes, elements)
+    t = (math.log(elements) - math.log(sizes[i - 1])) / (math.log(sizes[i]) - math.log(sizes[i - 1]))
+    return math.exp(math.log(seconds[i - 1]) + t * (math.log(seconds[i]) - math.log(seconds[i - 1])))
 
 
 def compute_rate(gpu: GpuSpec, quant: QuantFormat) -> float:

@@ -19,7 +19,7 @@ from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, weight_bytes_per_gpu,
 )
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    link_bandwidth)
+                                    link_bandwidth, measured_allreduce_s)
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 
@@ -77,9 +77,11 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     # TP: two all-reduces of the hidden states per layer (ring: 2(tp-1)/tp of the bytes per GPU).
     allreduce_s = 0.0
     if tp > 1 and tokens:
-        link, latency = link_bandwidth(gpu)
-        message = tokens * model.hidden_size * ACTIVATION_BYTES
-        per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
+        per_call = measured_allreduce_s(gpu, tp, tokens * model.hidden_size)
+        if per_call is None:
+            link, latency = link_bandwidth(gpu)
+            message = tokens * model.hidden_size * ACTIVATION_BYTES
+            per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = 2 * model.num_layers * per_call
     overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * decode) * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)

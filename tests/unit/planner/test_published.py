@@ -17,10 +17,11 @@ from pipeline.planner.rates import PRIOR, efficiency_for
 # over every fold of that kind); each fold is refitted on its training rows only, from PRIOR (and, for the PyTorch
 # backend, also from the best point of a grid fixed in advance: before that its GPU folds gave 19.1% / 58.2%).
 # Before trtllm-bench's own limits, the dynamic batch tuner, the chunk mix and the per-sequence cost (plan-acc3):
-# engines 7.5/55.2 and 13.9/70.7, PyTorch 10.8/40.1 and 7.8/35.3.
+# engines 7.5/55.2 and 13.9/70.7, PyTorch 10.8/40.1 and 7.8/35.3. Before TP's all-reduces measured on silicon
+# (rates.measured_allreduce_s): engines 6.7/44.4 and 10.1/52.9, PyTorch 9.5/32.3 and 8.0/28.8.
 CV_QUOTED = {
-    ("tensorrt", "gpu"): (6.7, 44.4), ("tensorrt", "model"): (10.1, 52.9),
-    ("pytorch", "gpu"): (9.5, 32.3), ("pytorch", "model"): (8.0, 28.8),
+    ("tensorrt", "gpu"): (6.4, 33.8), ("tensorrt", "model"): (8.9, 39.0),
+    ("pytorch", "gpu"): (8.2, 28.8), ("pytorch", "model"): (7.6, 25.0),
 }
 
 

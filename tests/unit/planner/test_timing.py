@@ -49,3 +49,22 @@ def test_queueing_beyond_capacity(llama8b: P.ModelSpec) -> None:
     assert over.batch == at_cap.batch == build["max_batch_size"]
     assert over.output_tokens_per_s == pytest.approx(at_cap.output_tokens_per_s, rel=1e-6)
     assert over.ttft_ms > 10 * at_cap.ttft_ms  # the extra clients wait in the queue
+
+
+def test_all_reduce_latency_is_the_measured_one_where_the_gpu_has_it() -> None:
+    from pipeline.core.gpus import get_gpu, gpu_table
+    from pipeline.planner.rates import _allreduce_table, measured_allreduce_s
+
+    table = _allreduce_table()
+    assert {gpu for gpu, _ in table} <= set(gpu_table()) and {tp for _, tp in table} == {2, 4, 8}
+    for sizes, seconds in table.values():
+        assert sizes == sorted(sizes) and seconds == sorted(seconds)  # never faster for a larger message
+    h100 = get_gpu("h100-sxm")
+    sizes, seconds = table[("h100-sxm", 8)]
+    assert measured_allreduce_s(h100, 8, sizes[12]) == pytest.approx(seconds[12])
+    between = measured_allreduce_s(h100, 8, (sizes[12] * sizes[13]) ** 0.5)
+    assert seconds[12] <= between <= seconds[13]
+    assert measured_allreduce_s(h100, 8, 4 * sizes[-1]) == pytest.approx(4 * seconds[-1])
+    assert measured_allreduce_s(h100, 3, 1e6) is None and measured_allreduce_s(get_gpu("l4"), 2, 1e6) is None
+    # TP 8 is slower than TP 2 at a decode-sized message (64 tokens of an 8192-wide model): more peers to hear from
+    assert measured_allreduce_s(h100, 8, 64 * 8192) > 2 * measured_allreduce_s(h100, 2, 64 * 8192)

@@ -1,0 +1,69 @@
+#!/usr/bin/env python
+"""Write pipeline/data/trtllm_allreduce_latency.tsv: TensorRT-LLM's custom all-reduce latency as measured on
+silicon, per GPU, TP size and message size, from the perf database that AIConfigurator ships.
+
+Run with AIConfigurator's own Python (it needs nothing from the pipeline):
+
+    /path/to/aic-venv/bin/python scripts/allreduce_record.py [OUT.tsv]
+
+For each of our GPUs it reads `systems/data/<system>/comm/trtllm/<version>/custom_allreduce_perf.parquet` of the
+oldest TensorRT-LLM version the database holds (the nearest to the releases of the published rows), bfloat16.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from importlib import metadata
+from pathlib import Path
+
+# our gpus.json key -> AIConfigurator's system folder
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "l40s": "l40s", "b200": "b200_sxm"}
+COLUMNS = ("gpu", "tp", "message_elements", "latency_us", "dtype", "system", "trtllm_version", "aiconfigurator_version",
+           "source")
+
+
+def _version_key(text: str) -> tuple:
+    parts = text.replace("rc", ".rc.").replace("post", ".post.").split(".")
+    return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
+
+
+def rows() -> list[dict[str, str]]:
+    import aiconfigurator_core
+    import pandas as pd
+
+    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    version = metadata.version("aiconfigurator")
+    out = []
+    for gpu, system in SYSTEMS.items():
+        folder = data / system / "comm" / "trtllm"
+        releases = sorted((p.name for p in folder.iterdir() if (p / "custom_allreduce_perf.parquet").is_file()),
+                          key=_version_key)
+        release = releases[0]
+        path = folder / release / "custom_allreduce_perf.parquet"
+        frame = pd.read_parquet(path)
+        frame = frame[frame["allreduce_dtype"] == "bfloat16"]
+        best = frame.groupby(["num_gpus", "message_size"], as_index=False)["latency"].min()
+        for record in best.sort_values(["num_gpus", "message_size"]).itertuples():
+            out.append({"gpu": gpu, "tp": str(record.num_gpus), "message_elements": str(record.message_size),
+                        "latency_us": f"{record.latency * 1000:.3f}", "dtype": "bfloat16", "system": system,
+                        "trtllm_version": release, "aiconfigurator_version": version,
+                        "source": str(path.relative_to(data.parent.parent))})
+    return out
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "pipeline" / "data" / "trtllm_allreduce_latency.tsv"
+    table = rows()
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        handle.write("# TensorRT-LLM custom all-reduce latency (one call, microseconds) measured on silicon, from the perf\n"
+                     "# database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package).\n"
+                     "# Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py allreduce_seconds().\n")
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    print(f"{len(table)} rows -> {out}")
+
+
+if __name__ == "__main__":
+    main()
