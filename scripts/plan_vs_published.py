@@ -40,6 +40,7 @@ from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate,
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
 _SIXTEEN_BIT = {"FP16", "BF16"}
+_FOUR_BIT = {"FP4"}
 # The PyTorch backend's fit also starts from the best point of this grid (fraction of HBM bandwidth x per-layer step
 # overhead in us, the compute constants at PRIOR); see fit().
 GRID_BANDWIDTH = (0.5, 0.7, 0.9)
@@ -57,14 +58,17 @@ def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
 
 def informed(rows: list[dict[str, str]]) -> list[bool]:
     """Which of the four constants these rows can decide: 16-bit GEMMs need a 16-bit row, quantized GEMMs an FP8/FP4 row."""
-    return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows), any(r["precision"] not in _SIXTEEN_BIT for r in rows), True, True]
+    return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
+            any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
+            any(r["precision"] in _FOUR_BIT for r in rows)]
 
 
 def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency:
     """Nelder-Mead over the constants these rows inform, from `start`, inside physical bounds; the others keep `start`."""
     from scipy.optimize import minimize
 
-    x0 = [start.bandwidth, start.compute_16bit, start.compute_8bit, start.step_overhead_per_layer_s * 1e6, start.per_sequence_layer_s * 1e9]
+    x0 = [start.bandwidth, start.compute_16bit, start.compute_8bit, start.step_overhead_per_layer_s * 1e6,
+          start.per_sequence_layer_s * 1e9, start.compute_for(4)]
     free = informed(rows)
 
     def full(z) -> list[float]:
@@ -76,9 +80,10 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
 
     def loss(z) -> float:
         x = full(z)
-        if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000):
+        if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
+                and 0.1 < x[5] <= 1):
             return 1e9
-        return log_loss(rows, P.Efficiency(x[0], x[1], x[2], x[3] * 1e-6, x[4] * 1e-9))
+        return log_loss(rows, P.Efficiency(x[0], x[1], x[2], x[3] * 1e-6, x[4] * 1e-9, x[5]))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
     # PyTorch backend's Python-side scheduling and sampling make a large fixed cost per iteration physical, and its
@@ -89,12 +94,14 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
     # no batch-1 latency supports and the max-load rows cannot refute).
     starts = [x0]
     if pytorch:
-        grid = [[bw, x0[1], x0[2], us, x0[4]] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
+        grid = [[bw, x0[1], x0[2], us, x0[4], x0[5]] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
         starts.append(min(grid, key=lambda x: loss([v for v, is_free in zip(x, free) if is_free])))
     results = [minimize(loss, [v for v, is_free in zip(x, free) if is_free], method="Nelder-Mead",
                         options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800}) for x in starts]
     x = full(min(results, key=lambda r: r.fun).x)
-    return P.Efficiency(round(x[0], 3), round(x[1], 3), round(x[2], 3), round(x[3], 1) * 1e-6, round(x[4], 1) * 1e-9)
+    # without an FP4 row, FP4 GEMMs keep the 8-bit fraction (PRIOR's compute_4bit is None: FP4 as FP8 until rows say otherwise)
+    return P.Efficiency(round(x[0], 3), round(x[1], 3), round(x[2], 3), round(x[3], 1) * 1e-6, round(x[4], 1) * 1e-9,
+                        round(x[5], 3) if free[5] else start.compute_4bit)
 
 
 def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:

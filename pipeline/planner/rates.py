@@ -27,9 +27,18 @@ class Efficiency:
 
     bandwidth: float  # fraction of datasheet HBM bandwidth reached by weight and KV reads
     compute_16bit: float  # fraction of the dense BF16/FP16 rate reached (GEMMs, attention, lm_head)
-    compute_8bit: float  # fraction of the dense FP8/INT8 (and FP4) rate reached by quantized GEMMs
+    compute_8bit: float  # fraction of the dense FP8/INT8 rate reached by quantized GEMMs
     step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
     per_sequence_layer_s: float = 0.0  # cost per decoding sequence per layer per iteration
+    compute_4bit: float | None = None  # fraction of the dense FP4 rate reached by FP4 GEMMs (None: compute_8bit's)
+
+    def compute_for(self, activation_bits: int) -> float:
+        """The compute fraction of GEMMs whose activations have this many bits."""
+        if activation_bits >= 16:
+            return self.compute_16bit
+        if activation_bits <= 4 and self.compute_4bit is not None:
+            return self.compute_4bit
+        return self.compute_8bit
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -38,6 +47,7 @@ class Efficiency:
             "compute_efficiency_8bit": self.compute_8bit,
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
             "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
+            "compute_efficiency_4bit": self.compute_8bit if self.compute_4bit is None else self.compute_4bit,
         }
 
 
@@ -53,12 +63,14 @@ EFFICIENCY = Efficiency(bandwidth=0.696, compute_16bit=0.659, compute_8bit=0.565
 # PyTorch: the fit (from PRIOR and from the best point of a fixed grid, scripts/plan_vs_published.py fit()) runs to the
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
-PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.54, step_overhead_per_layer_s=154.3e-6,
-                                per_sequence_layer_s=131.8e-9)
+# FP4 GEMMs (B200's NVFP4 rows) reach a lower fraction of their twice-FP8 peak than FP8 GEMMs do of theirs: fitted apart,
+# 0.43 against 0.58 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow).
+PYTORCH_EFFICIENCY = Efficiency(bandwidth=0.997, compute_16bit=0.7, compute_8bit=0.579, step_overhead_per_layer_s=140.8e-6,
+                                per_sequence_layer_s=166.5e-9, compute_4bit=0.433)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
-# scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns.
-# A constant no training row informs stays here.
+# scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
+# FP4 GEMMs as FP8 ones (compute_4bit None) until FP4 rows say otherwise. A constant no training row informs stays here.
 PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_overhead_per_layer_s=10e-6, per_sequence_layer_s=100e-9)
 
 

@@ -62,7 +62,7 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     tokens = decode + prefill_tokens
     logits = decode if load.logits_tokens is None else load.logits_tokens
     bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
-    rate = compute_rate(gpu, quant) * (eff.compute_16bit if quant.activation_bits >= 16 else eff.compute_8bit)
+    rate = compute_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
     attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
     gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
