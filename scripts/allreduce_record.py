@@ -58,7 +58,7 @@ def main() -> None:
     with open(out, "w", newline="", encoding="utf-8") as handle:
         handle.write("# TensorRT-LLM custom all-reduce latency (one call, microseconds) measured on silicon, from the perf\n"
                      "# database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package).\n"
-                     "# Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py allreduce_seconds().\n")
+                     "# Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py measured_allreduce_s() (NVLink GPUs; the L40S rows are kept to show why not PCIe).\n")
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, delimiter="\t", lineterminator="\n")
         writer.writeheader()
         writer.writerows(table)

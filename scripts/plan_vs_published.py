@@ -57,7 +57,8 @@ def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
 
 
 def informed(rows: list[dict[str, str]]) -> list[bool]:
-    """Which of the four constants these rows can decide: 16-bit GEMMs need a 16-bit row, quantized GEMMs an FP8/FP4 row."""
+    """Which of the six constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row, FP4
+    ones an FP4 row."""
     return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
             any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
             any(r["precision"] in _FOUR_BIT for r in rows)]

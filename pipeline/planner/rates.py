@@ -2,8 +2,9 @@
 
 The efficiency constants (fraction of datasheet bandwidth and compute reached, per-layer step
 overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throughput tables by
-scripts/plan_vs_published.py, never per GPU, model or row. The interconnect figures are assumptions
-written down below, not fitted.
+scripts/plan_vs_published.py, never per GPU, model or row. The all-reduce latency is measured (NVIDIA's silicon
+data, data/trtllm_allreduce_latency.tsv) where a GPU has it; elsewhere the interconnect figures below are
+assumptions written down, not fitted.
 """
 
 from __future__ import annotations

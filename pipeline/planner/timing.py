@@ -74,7 +74,8 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     heads = model.num_heads / tp
     context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * load.prefill_context
     context_attention_s = context_flops / attn_rate if attn_rate else 0.0
-    # TP: two all-reduces of the hidden states per layer (ring: 2(tp-1)/tp of the bytes per GPU).
+    # TP: two all-reduces of the hidden states per layer, as measured on this GPU where the table has it, else
+    # estimated (ring: 2(tp-1)/tp of the bytes per GPU).
     allreduce_s = 0.0
     if tp > 1 and tokens:
         per_call = measured_allreduce_s(gpu, tp, tokens * model.hidden_size)
