@@ -10,8 +10,6 @@ assumptions written down, not fitted.
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +18,7 @@ from importlib import resources
 from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.core.quant import QuantFormat
+from pipeline.data import fact_rows
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Efficiency:
             "compute_efficiency_8bit": self.compute_8bit,
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
             "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
-            "compute_efficiency_4bit": self.compute_8bit if self.compute_4bit is None else self.compute_4bit,
+            "compute_efficiency_4bit": self.compute_for(4),
         }
 
 
@@ -91,10 +90,8 @@ ALLREDUCE_EFFICIENCY = 0.7
 def _allreduce_table() -> dict[tuple[str, int], tuple[list[float], list[float]]]:
     """(gpu key, tp) -> (message elements, seconds), ascending: data/trtllm_allreduce_latency.tsv."""
     text = resources.files("pipeline.data").joinpath("trtllm_allreduce_latency.tsv").read_text(encoding="utf-8")
-    rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))),
-                          delimiter="\t")
     table: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    for row in rows:
+    for row in fact_rows(text):
         sizes, seconds = table.setdefault((row["gpu"], int(row["tp"])), ([], []))
         sizes.append(float(row["message_elements"]))
         seconds.append(float(row["latency_us"]) * 1e-6)
