@@ -33,19 +33,21 @@ fi
 release="$(python3 -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
 trtllm="$(python3 -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('$root/pipeline/core/versions.py').read())[1])")"
 image="trtllm-pipeline:$release"
+base="nvcr.io/nvidia/tritonserver:${release}-trtllm-python-py3"  # the Dockerfile's FROM (tests/image/make_base.sh tags it)
+prune="${IMAGE_TEST_PRUNE:-0}"
 
 if [ "$phase" != check ]; then
     "$root/tests/image/make_base.sh" "$work"
 
     printf '\n== buildah bud (%s)\n' "$(date +%T)"
     squash=()
-    if [ "${IMAGE_TEST_PRUNE:-0}" = 1 ]; then squash=(--squash); fi
+    if [ "$prune" = 1 ]; then squash=(--squash); fi
     buildah bud --format docker --isolation chroot --layers=false --pull=never -q "${squash[@]}" \
         --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
         -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
         || { tail -n 40 "$work/bud.log"; exit 1; }
-    if [ "${IMAGE_TEST_PRUNE:-0}" = 1 ]; then
-        buildah rmi "nvcr.io/nvidia/tritonserver:${release}-trtllm-python-py3" > /dev/null
+    if [ "$prune" = 1 ]; then
+        buildah rmi "$base" > /dev/null
         rm -rf "$work/rootfs" "$work/pytriton" "$work/wheels"
     fi
 fi
