@@ -4,11 +4,12 @@ engines of 0.17, the PyTorch backend of 1.0 and later): a table, JSON, CSV and a
 
     .venv/bin/python scripts/plan_vs_published.py [--backend tensorrt|pytorch|all] [--fit] [--cv] [--out DIR]
 
---fit refits each backend's GLOBAL constants (bandwidth, 16-bit and 8-bit compute, per-layer step overhead, cost per
-decoding sequence per layer) on all
-its rows, from PRIOR (paste them into pipeline/planner/rates.py). --cv is the figure to quote: hold out one whole GPU,
-then one whole model; each fold is refitted from PRIOR (never from a fit that saw the held-out rows) on its training
-rows alone, and a constant that no training row informs (16-bit GEMMs when every training row is FP8) stays at PRIOR.
+--fit refits each backend's GLOBAL constants (bandwidth, 16-bit, 8-bit and FP4 compute, per-layer step overhead, cost per
+decoding sequence per layer, and for engines the KV reads' bandwidth) on all its rows, from the backend's start
+(rates.prior_for: PRIOR, and the structure of that backend's model; paste them into pipeline/planner/rates.py). --cv is
+the figure to quote: hold out one whole GPU, then one whole model; each fold is refitted from that start (never from a
+fit that saw the held-out rows) on its training rows alone, and a constant that no training row informs (16-bit GEMMs
+when every training row is FP8) stays at PRIOR.
 AIConfigurator's estimate for the same rows is put beside ours from its recorded predictions (pipeline/data/
 aiconfigurator_predictions.tsv; scripts/plan_vs_aiconfigurator.py), per GPU: its median and worst |error| beside ours, in
 sample and with that GPU held out. --rerun-aiconfigurator asks AIConfigurator again (installed; ~40 minutes) and rewrites
@@ -33,7 +34,7 @@ from pipeline.core.artifacts import write_json_atomic  # noqa: E402
 from pipeline.core.output import OUT, simple_table  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
-from pipeline.planner.rates import PRIOR, efficiency_for  # noqa: E402
+from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate, rerun, side_by_side  # noqa: E402
@@ -56,21 +57,28 @@ def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
     return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in P.compare_published(None, rows, efficiency=eff))
 
 
-def informed(rows: list[dict[str, str]]) -> list[bool]:
-    """Which of the six constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row, FP4
-    ones an FP4 row."""
+def informed(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> list[bool]:
+    """Which of the seven constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row, FP4
+    ones an FP4 row; KV reads have a bandwidth of their own only where the backend's model gives them one (start)."""
     return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
             any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
-            any(r["precision"] in _FOUR_BIT for r in rows)]
+            any(r["precision"] in _FOUR_BIT for r in rows), start.kv_bandwidth is not None]
 
 
-def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency:
+def _backend_prior(rows: list[dict[str, str]]) -> P.Efficiency:
+    pytorch = bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
+    return prior_for("pytorch" if pytorch else "tensorrt")
+
+
+def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Efficiency:
     """Nelder-Mead over the constants these rows inform, from `start`, inside physical bounds; the others keep `start`."""
     from scipy.optimize import minimize
 
+    start = start or _backend_prior(rows)
     x0 = [start.bandwidth, start.compute_16bit, start.compute_8bit, start.step_overhead_per_layer_s * 1e6,
-          start.per_sequence_layer_s * 1e9, start.compute_for(4)]
-    free = informed(rows)
+          start.per_sequence_layer_s * 1e9, start.compute_for(4), start.kv_read_bandwidth]
+    free = informed(rows, start)
+    exponent = start.gemm_roofline_exponent
 
     def full(z) -> list[float]:
         values = iter(z)
@@ -82,9 +90,10 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
     def loss(z) -> float:
         x = full(z)
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
-                and 0.1 < x[5] <= 1):
+                and 0.1 < x[5] <= 1 and 0.2 < x[6] <= 1):
             return 1e9
-        return log_loss(rows, P.Efficiency(x[0], x[1], x[2], x[3] * 1e-6, x[4] * 1e-9, x[5]))
+        return log_loss(rows, P.Efficiency(x[0], x[1], x[2], x[3] * 1e-6, x[4] * 1e-9, x[5], x[6] if free[6] else None,
+                                           exponent))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
     # PyTorch backend's Python-side scheduling and sampling make a large fixed cost per iteration physical, and its
@@ -95,14 +104,15 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> P.Efficiency
     # no batch-1 latency supports and the max-load rows cannot refute).
     starts = [x0]
     if pytorch:
-        grid = [[bw, x0[1], x0[2], us, x0[4], x0[5]] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
+        grid = [[bw, x0[1], x0[2], us, x0[4], x0[5], bw] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
         starts.append(min(grid, key=lambda x: loss([v for v, is_free in zip(x, free) if is_free])))
     results = [minimize(loss, [v for v, is_free in zip(x, free) if is_free], method="Nelder-Mead",
                         options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800}) for x in starts]
     x = full(min(results, key=lambda r: r.fun).x)
     # without an FP4 row, FP4 GEMMs keep the 8-bit fraction (PRIOR's compute_4bit is None: FP4 as FP8 until rows say otherwise)
     return P.Efficiency(round(x[0], 3), round(x[1], 3), round(x[2], 3), round(x[3], 1) * 1e-6, round(x[4], 1) * 1e-9,
-                        round(x[5], 3) if free[5] else start.compute_4bit)
+                        round(x[5], 3) if free[5] else start.compute_4bit,
+                        round(x[6], 3) if free[6] else start.kv_bandwidth, exponent)
 
 
 def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,7 +120,7 @@ def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
             "max_abs_pct_error": max(abs(r["error_pct"]) for r in comparison)}
 
 
-def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency = PRIOR) -> list[dict[str, Any]]:
+def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | None = None) -> list[dict[str, Any]]:
     """Hold out each value of `by` ("gpu" or "model") in turn: fit from `start` on the other rows, predict the held-out ones."""
     folds = []
     for held_out in sorted({r[by] for r in rows}):
@@ -119,7 +129,7 @@ def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency = PR
         eff = fit(train, start)
         comparison = P.compare_published(None, test, efficiency=eff)
         folds.append({"held_out": by, "value": held_out, "train_rows": len(train), "constants": eff.as_dict(),
-                      "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train)) if not f],
+                      "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train, start or _backend_prior(train))) if not f],
                       **_summary(comparison), "comparison": comparison})
     return folds
 

@@ -29,6 +29,12 @@ class GpuSpec(BaseModel):
     nvlink: bool
     runtime: str  # "tensorrtllm" or "reference"
     figures_note: str = ""
+    device_memory_gib: float | None = None  # what the device reports where it differs from memory_gib (GDDR with ECC on)
+
+    @property
+    def usable_memory_gib(self) -> float | None:
+        """The memory the runtime can allocate from: the device's own figure where known, else the datasheet's."""
+        return self.device_memory_gib or self.memory_gib
 
     @property
     def is_cpu(self) -> bool:

@@ -107,7 +107,7 @@ def memory_plan(
 ) -> MemoryPlan:
     """Per-GPU memory at these build limits: weights, reserve, the KV cache and the sequences it holds."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
-    total = (gpu.memory_gib or 0) * GIB
+    total = (gpu.usable_memory_gib or 0) * GIB
     weights = weight_bytes_per_gpu(model, quant, tp)
     reserve = RUNTIME_RESERVE_GIB * GIB + activation_bytes(model, tp, max_num_tokens, max_batch_size)
     free = max(0.0, total - weights - reserve)

@@ -1,7 +1,8 @@
 """The time model: one in-flight-batching iteration is a handful of phases run one after the other.
 
 The GEMMs read every weight once and do 2 FLOPs per parameter per token, so they take the longer of
-the two (bandwidth-bound at small batch, compute-bound at large batch); decode attention reads each
+the two (bandwidth-bound at small batch, compute-bound at large batch), or, where a backend's constants say so, the
+2-norm of the two (near the ridge neither bound is reached); decode attention reads each
 sequence's KV cache (bandwidth-bound); context attention is compute-bound (causal, ~ISL^2); tensor
 parallelism adds two all-reduces per layer; every iteration pays a fixed launch cost per layer.
 TTFT, TPOT and throughput all come from this one step-time model.
@@ -55,6 +56,14 @@ class StepLoad:
     logits_tokens: float | None = None
 
 
+def gemm_roofline_s(read_s: float, compute_s: float, exponent: float | None) -> float:
+    """Seconds of the GEMMs given their weight-read and compute times alone: the larger (exponent None), or their p-norm
+    (a GEMM whose reads and math take about as long reaches neither bound)."""
+    if exponent is None:
+        return max(read_s, compute_s)
+    return (read_s**exponent + compute_s**exponent) ** (1 / exponent)
+
+
 def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
     """Seconds for one iteration of `load` (the scenario's isl/osl are not used: the load says it all)."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
@@ -66,10 +75,10 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
     gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
-    gemm_s = max(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s) if tokens else 0.0
+    gemm_s = gemm_roofline_s(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     # Decode attention: every sequence reads its whole KV cache.
     kv_read = decode * load.decode_context * kv_bytes_per_token(model, kv, tp)
-    decode_attention_s = kv_read / bandwidth
+    decode_attention_s = kv_read / (hbm_bandwidth(gpu) * eff.kv_read_bandwidth)
     # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
     heads = model.num_heads / tp
     context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * load.prefill_context
@@ -225,21 +234,38 @@ class ThroughputEstimate(BaseModel):
 
 def max_throughput(
     scenario: Scenario, *, build: dict[str, Any] | None = None, efficiency: Efficiency | None = None,
+    requests: int | None = None,
 ) -> ThroughputEstimate:
     """Output tokens/s of an offline max-load run (trtllm-bench throughput): the batch the KV cache
-    and build limits allow, each iteration carrying its share of prefill."""
+    and build limits allow, each iteration carrying its share of prefill.
+
+    requests: how many equal ISL/OSL requests the run is given at once (None: as many as it takes to reach steady
+    state). The runtime serves them in waves of its batch, the last wave only the remainder: throughput is the run's
+    output tokens over the waves' time."""
     scenario.check()
     model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
     eff = efficiency or EFFICIENCY
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
     batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
-    step = mean_step(scenario, iteration_mix(scenario, batch, batch * scenario.isl / scenario.osl, build), eff)
+    if requests is not None:
+        batch = min(batch, max(1, requests))
+
+    def steady(sequences: int) -> StepTime:
+        return mean_step(scenario, iteration_mix(scenario, sequences, sequences * scenario.isl / scenario.osl, build), eff)
+
+    step = steady(batch)
+    tokens_per_s = batch / step.total_s
+    if requests is not None and requests > batch:
+        full, last = divmod(requests, batch)
+        seconds_per_token = full * step.total_s + (steady(last).total_s if last else 0.0)  # per output position
+        tokens_per_s = requests / seconds_per_token
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
     }
-    gemm_bound = "weight reads" if weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * eff.bandwidth) >= step.gemm_s else "GEMM compute"
+    read_s = weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * eff.bandwidth)
+    gemm_bound = "weight reads" if gemm_roofline_s(read_s, read_s, eff.gemm_roofline_exponent) >= step.gemm_s else "GEMM compute"
     dominant = max(phases, key=phases.get)
     bound = gemm_bound if dominant == "gemm" else {
         "decode_attention": "KV reads", "context_attention": "context attention",
@@ -248,7 +274,7 @@ def max_throughput(
     return ThroughputEstimate(
         batch=batch,
         step_ms=round(step.total_s * 1e3, 3),
-        output_tokens_per_s=round(batch / step.total_s, 2),
+        output_tokens_per_s=round(tokens_per_s, 2),
         bound=bound,
         phases_ms={k: round(v * 1e3, 3) for k, v in phases.items()},
     )

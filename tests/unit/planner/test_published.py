@@ -19,9 +19,11 @@ from pipeline.planner.rates import PRIOR, efficiency_for
 # Before trtllm-bench's own limits, the dynamic batch tuner, the chunk mix and the per-sequence cost (plan-acc3):
 # engines 7.5/55.2 and 13.9/70.7, PyTorch 10.8/40.1 and 7.8/35.3. Before TP's all-reduces measured on silicon
 # (rates.measured_allreduce_s): engines 6.7/44.4 and 10.1/52.9, PyTorch 9.5/32.3 and 8.0/28.8. Before FP4 GEMMs got
-# their own compute fraction: PyTorch 8.2/28.8 and 7.6/25.0.
+# their own compute fraction: PyTorch 8.2/28.8 and 7.6/25.0. Before the engine rows counted their runs' waves of
+# requests, a GEMM's time became the 2-norm of its reads and math, KV reads got their own bandwidth fraction and the
+# L40S its ECC-on memory: engines 6.4/33.8 and 8.9/39.0.
 CV_QUOTED = {
-    ("tensorrt", "gpu"): (6.4, 33.8), ("tensorrt", "model"): (8.9, 39.0),
+    ("tensorrt", "gpu"): (4.2, 26.7), ("tensorrt", "model"): (7.0, 29.4),
     ("pytorch", "gpu"): (4.6, 28.8), ("pytorch", "model"): (4.8, 16.2),
 }
 
