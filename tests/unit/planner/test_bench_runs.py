@@ -122,3 +122,14 @@ def test_gddr_memory_is_what_the_device_reports_with_ecc_on() -> None:
     assert get_gpu("h100-sxm").usable_memory_gib == 80.0  # HBM: the datasheet's figure
     scenario = _scenario("llama-3.1-8b", "l40s", 1, "FP8", 128, 128)
     assert P.memory_plan(scenario).gpu_memory_gib == pytest.approx(44.99, abs=0.01)
+
+
+def test_fp4_without_rows_of_its_own_follows_fp8_by_the_ratio_measured_on_silicon() -> None:
+    """B200 (data/trtllm_gemm_rate.tsv, M 8192): NVFP4 3491.8 of 9000 TFLOP/s, FP8 2262.1 of 4500: 0.388 against 0.503."""
+    from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
+
+    assert fp4_share_of_fp8() == pytest.approx((3491.8 / 9000) / (2262.1 / 4500), rel=1e-6)
+    assert PRIOR.compute_for(4) == pytest.approx(PRIOR.compute_8bit * fp4_share_of_fp8())
+    engines, pytorch = efficiency_for("tensorrt"), efficiency_for("pytorch")
+    assert engines.compute_4bit is None and engines.compute_for(4) == pytest.approx(engines.compute_8bit * 0.7718, rel=1e-3)
+    assert pytorch.compute_for(4) == pytorch.compute_4bit  # fitted on the B200 rows
