@@ -103,15 +103,6 @@ def bench_requests(trtllm_version: str, isl: int, osl: int) -> int | None:
     return _bench_requests().get((trtllm_version, isl, osl))
 
 
-def _run_requests(row: dict[str, Any], backend: str) -> int | None:
-    """The requests a published engine run was given (None for the PyTorch rows: predicted at steady state, as before;
-    counting their waves put the 70B-held-out fold's fit into the fit's other basin, an 11 us instead of a 140 us
-    per-layer cost, and its worst held-out error from 16% to 42%)."""
-    if backend == "pytorch":
-        return None
-    return bench_requests(str(row.get("trtllm_version", "")), int(row["isl"]), int(row["osl"]))
-
-
 def trtllm_bench_throughput(
     scenario: Scenario, *, efficiency: Efficiency | None = None, backend: str = "tensorrt", requests: int | None = None,
 ) -> ThroughputEstimate:
@@ -131,7 +122,8 @@ def compare_published(
         spec = model or published_model(row["model"])
         backend = row.get("backend") or "tensorrt"
         estimate = trtllm_bench_throughput(published_scenario(spec, row), efficiency=efficiency or efficiency_for(backend),
-                                           backend=backend, requests=_run_requests(row, backend))
+                                           backend=backend,
+                                           requests=bench_requests(str(row.get("trtllm_version", "")), int(row["isl"]), int(row["osl"])))
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],

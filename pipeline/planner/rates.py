@@ -76,10 +76,11 @@ EFFICIENCY = Efficiency(bandwidth=0.681, compute_16bit=0.664, compute_8bit=0.57,
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
 # FP4 GEMMs (B200's NVFP4 rows) reach a lower fraction of their twice-FP8 peak than FP8 GEMMs do of theirs: fitted apart,
-# 0.41 against 0.57 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow); the
+# 0.39 against 0.55 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow); the
 # silicon FP4/FP8 ratio (0.77, fp4_share_of_fp8) is where the fit starts FP4 from, and what a fold without FP4 rows uses.
-PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.565, step_overhead_per_layer_s=143.3e-6,
-                                per_sequence_layer_s=125.1e-9, compute_4bit=0.414)
+# With the runs' waves counted the cost per decoding sequence fell from 125 to 21 ns: it had stood in for the last waves.
+PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.545, step_overhead_per_layer_s=141.9e-6,
+                                per_sequence_layer_s=20.8e-9, compute_4bit=0.391)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
@@ -92,8 +93,8 @@ PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_over
 def prior_for(backend: str) -> Efficiency:
     """The fit's start for a backend, which also fixes its model's structure. Engines: GEMM time is the 2-norm of weight
     reads and math (a GEMM near the ridge reaches neither bound), and KV reads get their own bandwidth fraction (decode
-    attention's kernels stream the cache, the GEMMs' weight reads are tiled). PyTorch backend: as PRIOR; both
-    changes made its held-out figures worse (README, planner section)."""
+    attention's kernels stream the cache, the GEMMs' weight reads are tiled). PyTorch backend: as PRIOR; either
+    change made its held-out figures worse (README, planner section)."""
     if backend == "pytorch":
         return PRIOR
     return replace(PRIOR, kv_bandwidth=PRIOR.bandwidth, gemm_roofline_exponent=2.0)

@@ -105,12 +105,18 @@ def test_a_published_run_is_served_in_waves_of_its_batch() -> None:
     assert few.batch == 100
 
 
-def test_every_engine_row_knows_how_many_requests_its_run_had() -> None:
-    from pipeline.planner.published import _run_requests, bench_requests
+def test_every_row_knows_how_many_requests_its_run_had() -> None:
+    """All but the 1.2-dev page's 1000/1000 rows: that page's table names 1024/1024, not 1000/1000 (steady state)."""
+    from pipeline.planner.published import bench_requests
 
-    for row in published_rows("tensorrt"):
-        assert bench_requests(row["trtllm_version"], int(row["isl"]), int(row["osl"])) in (30000, 3000, 1500, 1000)
-    assert all(_run_requests(row, "pytorch") is None for row in published_rows("pytorch"))
+    unknown = set()
+    for row in published_rows():
+        count = bench_requests(row["trtllm_version"], int(row["isl"]), int(row["osl"]))
+        if count is None:
+            unknown.add((row["trtllm_version"], row["isl"], row["osl"]))
+        else:
+            assert count in (30000, 3000, 1500, 1000)
+    assert unknown == {("1.2-dev", "1000", "1000")}
     assert bench_requests("0.17", 1, 1) is None
 
 

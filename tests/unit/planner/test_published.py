@@ -22,10 +22,11 @@ from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
 # their own compute fraction: PyTorch 8.2/28.8 and 7.6/25.0. Before the engine rows counted their runs' waves of
 # requests, a GEMM's time became the 2-norm of its reads and math, KV reads got their own bandwidth fraction and the
 # L40S its ECC-on memory: engines 6.4/33.8 and 8.9/39.0. Before FP4 without rows of its own followed FP8 by the ratio
-# measured on silicon (and the fit started FP4 there): PyTorch 4.6/28.8 and 4.8/16.2.
+# measured on silicon (and the fit started FP4 there), and the PyTorch rows counted their waves too: PyTorch 4.6/28.8 and
+# 4.8/16.2 (the FP4 rule alone: 4.0/15.5 and 5.4/17.0).
 CV_QUOTED = {
     ("tensorrt", "gpu"): (4.2, 26.7), ("tensorrt", "model"): (7.0, 29.4),
-    ("pytorch", "gpu"): (4.0, 15.5), ("pytorch", "model"): (5.4, 17.0),
+    ("pytorch", "gpu"): (3.6, 15.0), ("pytorch", "model"): (4.8, 18.3),
 }
 
 
