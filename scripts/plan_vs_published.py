@@ -65,9 +65,12 @@ def informed(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> list[bo
             any(r["precision"] in _FOUR_BIT for r in rows), start.kv_bandwidth is not None]
 
 
+def _all_pytorch(rows: list[dict[str, str]]) -> bool:
+    return bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
+
+
 def _backend_prior(rows: list[dict[str, str]]) -> P.Efficiency:
-    pytorch = bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
-    return prior_for("pytorch" if pytorch else "tensorrt")
+    return prior_for("pytorch" if _all_pytorch(rows) else "tensorrt")
 
 
 def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Efficiency:
@@ -84,7 +87,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
         values = iter(z)
         return [next(values) if is_free else x0[i] for i, is_free in enumerate(free)]
 
-    pytorch = bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
+    pytorch = _all_pytorch(rows)
     overhead_cap = 500 if pytorch else ENGINE_OVERHEAD_CAP_US
 
     def loss(z) -> float:
