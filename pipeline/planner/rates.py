@@ -18,7 +18,7 @@ from importlib import resources
 
 from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
-from pipeline.core.quant import QuantFormat
+from pipeline.core.quant import QuantFormat, quant_format
 from pipeline.data import fact_rows
 
 
@@ -159,11 +159,12 @@ def fp4_share_of_fp8() -> float:
         if tokens >= largest.get(key, (0, 0.0))[0]:
             largest[key] = (tokens, float(row["median_tflops"]))
     ratios = []
-    for (gpu, dtype), (_, fp4) in largest.items():
-        fp8 = largest.get((gpu, "fp8"), (0, 0.0))[1]
-        peak = gpu_table()[gpu].dense_fp8_tflops if gpu in gpu_table() else None
-        if dtype == "nvfp4" and fp8 and peak:
-            ratios.append((fp4 / (2 * peak)) / (fp8 / peak))  # FP4 tensor cores: twice the FP8 peak (compute_rate)
+    for (key, dtype), (_, fp4) in largest.items():
+        fp8 = largest.get((key, "fp8"), (0, 0.0))[1]
+        gpu = gpu_table().get(key)
+        if dtype == "nvfp4" and fp8 and gpu and gpu.dense_fp8_tflops:
+            fp4_peak, fp8_peak = (compute_rate(gpu, quant_format(name)) / 1e12 for name in ("nvfp4", "fp8"))
+            ratios.append((fp4 / fp4_peak) / (fp8 / fp8_peak))
     ratios.sort()
     return ratios[len(ratios) // 2] if ratios else 1.0
 
