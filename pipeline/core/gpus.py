@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS, KvCacheFormat, QuantFormat
+from pipeline.data import packaged_fact_rows
 
 ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "gh200-480gb": "gh200", "reference": "cpu"}
 
@@ -114,11 +115,7 @@ MATRIX_KV_COLUMNS = {"fp8": "fp8_kv"}
 @lru_cache(maxsize=1)
 def quant_hardware_matrix() -> dict[int, dict[str, str]]:
     """SM -> the matrix row of its architecture (the row's own columns, architecture among them)."""
-    import csv
-
-    text = resources.files("pipeline.data").joinpath("trtllm_quant_hardware.tsv").read_text(encoding="utf-8")
-    rows = csv.DictReader((line for line in text.splitlines() if line and not line.startswith("#")), delimiter="\t")
-    return {int(sm): row for row in rows for sm in row["sm"].split("|")}
+    return {int(sm): row for row in packaged_fact_rows("trtllm_quant_hardware.tsv") for sm in row["sm"].split("|")}
 
 
 def pytorch_supports(gpu: GpuSpec, column: str) -> bool:

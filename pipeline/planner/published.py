@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 from pipeline.core.errors import InvalidInputError
-from pipeline.data import fact_rows
+from pipeline.data import packaged_fact_rows
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend_build, round_up, tokens_for
 from pipeline.planner.scenario import Scenario
@@ -24,8 +24,7 @@ BACKENDS = ("tensorrt", "pytorch")
 
 def published_rows(backend: str | None = None) -> list[dict[str, str]]:
     """Rows of pipeline/data/trtllm_published_throughput.tsv (tokens_per_s is the TP group's total), one backend or all."""
-    text = resources.files("pipeline.data").joinpath("trtllm_published_throughput.tsv").read_text(encoding="utf-8")
-    rows = fact_rows(text)
+    rows = packaged_fact_rows("trtllm_published_throughput.tsv")
     if backend is not None and backend not in BACKENDS:
         raise InvalidInputError(f"Unknown backend {backend!r}.", hint=f"Use one of: {', '.join(BACKENDS)}.")
     return [row for row in rows if backend is None or row["backend"] == backend]
@@ -93,8 +92,8 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[s
 
 @lru_cache(maxsize=1)
 def _bench_requests() -> dict[tuple[str, int, int], int]:
-    text = resources.files("pipeline.data").joinpath("trtllm_bench_requests.tsv").read_text(encoding="utf-8")
-    return {(row["trtllm_version"], int(row["isl"]), int(row["osl"])): int(row["num_requests"]) for row in fact_rows(text)}
+    return {(row["trtllm_version"], int(row["isl"]), int(row["osl"])): int(row["num_requests"])
+            for row in packaged_fact_rows("trtllm_bench_requests.tsv")}
 
 
 def bench_requests(trtllm_version: str, isl: int, osl: int) -> int | None:

@@ -14,12 +14,11 @@ import bisect
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
 
 from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.core.quant import QuantFormat, quant_format
-from pipeline.data import fact_rows
+from pipeline.data import packaged_fact_rows
 
 
 @dataclass(frozen=True)
@@ -115,9 +114,8 @@ ALLREDUCE_EFFICIENCY = 0.7
 @lru_cache(maxsize=1)
 def _allreduce_table() -> dict[tuple[str, int], tuple[list[float], list[float]]]:
     """(gpu key, tp) -> (message elements, seconds), ascending: data/trtllm_allreduce_latency.tsv."""
-    text = resources.files("pipeline.data").joinpath("trtllm_allreduce_latency.tsv").read_text(encoding="utf-8")
     table: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    for row in fact_rows(text):
+    for row in packaged_fact_rows("trtllm_allreduce_latency.tsv"):
         sizes, seconds = table.setdefault((row["gpu"], int(row["tp"])), ([], []))
         sizes.append(float(row["message_elements"]))
         seconds.append(float(row["latency_us"]) * 1e-6)
@@ -152,9 +150,8 @@ def fp4_share_of_fp8() -> float:
     """How much less of its peak an FP4 GEMM reaches than an FP8 one: (FP4 rate / FP4 peak) / (FP8 rate / FP8 peak) at
     the largest M measured on silicon (data/trtllm_gemm_rate.tsv, NVIDIA's perf database in AIConfigurator), the median
     over the GPUs measured for both (B200: 0.77)."""
-    text = resources.files("pipeline.data").joinpath("trtllm_gemm_rate.tsv").read_text(encoding="utf-8")
     largest: dict[tuple[str, str], tuple[int, float]] = {}
-    for row in fact_rows(text):
+    for row in packaged_fact_rows("trtllm_gemm_rate.tsv"):
         key, tokens = (row["gpu"], row["dtype"]), int(row["tokens"])
         if tokens >= largest.get(key, (0, 0.0))[0]:
             largest[key] = (tokens, float(row["median_tflops"]))

@@ -18,7 +18,6 @@ to store one when every adapter it holds is in use ("PEFT Cache is full. Could n
 
 from __future__ import annotations
 
-import importlib.resources
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data import fact_rows
+from pipeline.data import packaged_fact_rows
 from pipeline.reference_runtime.requests import RequestError
 
 # The storage dtypes hf_lora_convert.py writes (--storage-type float32 | float16 | bfloat16). numpy has no bfloat16:
@@ -56,8 +55,8 @@ class LoraModule:
 @lru_cache(maxsize=1)
 def lora_modules() -> tuple[LoraModule, ...]:
     """pipeline/data/lora_modules.tsv: NVIDIA's module ids and the HF names mapped onto them."""
-    text = importlib.resources.files("pipeline.data").joinpath("lora_modules.tsv").read_text(encoding="utf-8")
-    return tuple(LoraModule(r["hf_module"], r["block"], r["module"], int(r["module_id"])) for r in fact_rows(text))
+    return tuple(LoraModule(r["hf_module"], r["block"], r["module"], int(r["module_id"]))
+                 for r in packaged_fact_rows("lora_modules.tsv"))
 
 
 def to_float32(array: np.ndarray) -> np.ndarray:
