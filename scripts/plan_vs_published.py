@@ -5,7 +5,7 @@ engines of 0.17, the PyTorch backend of 1.0 and later): a table, JSON, CSV and a
     .venv/bin/python scripts/plan_vs_published.py [--backend tensorrt|pytorch|all] [--fit] [--cv] [--out DIR]
 
 --fit refits each backend's GLOBAL constants (bandwidth, 16-bit, 8-bit and FP4 compute, per-layer step overhead, cost per
-decoding sequence per layer, and for engines the KV reads' bandwidth) on all its rows, from the backend's start
+decoding sequence per layer; engines read the KV cache at the bandwidth measured on silicon) on all its rows, from the backend's start
 (rates.prior_for: PRIOR, and the structure of that backend's model; paste them into pipeline/planner/rates.py). --cv is
 the figure to quote: hold out one whole GPU, then one whole model; each fold is refitted from that start (never from a
 fit that saw the held-out rows) on its training rows alone, and a constant that no training row informs (16-bit GEMMs
@@ -23,6 +23,7 @@ import csv
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
 
 def informed(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> list[bool]:
     """Which of the seven constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row, FP4
-    ones an FP4 row; KV reads have a bandwidth of their own only where the backend's model gives them one (start)."""
+    ones an FP4 row; a KV-read fraction of its own is fitted only where the start has one (neither backend's does now:
+    engines read the KV cache at silicon's figures, the PyTorch backend at the weight reads' fraction)."""
     return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
             any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
             any(r["precision"] in _FOUR_BIT for r in rows), start.kv_bandwidth is not None]
@@ -81,7 +83,6 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     x0 = [start.bandwidth, start.compute_16bit, start.compute_8bit, start.step_overhead_per_layer_s * 1e6,
           start.per_sequence_layer_s * 1e9, start.compute_for(4), start.kv_read_bandwidth]
     free = informed(rows, start)
-    exponent = start.gemm_roofline_exponent
 
     def full(z) -> list[float]:
         values = iter(z)
@@ -95,8 +96,9 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
                 and 0.1 < x[5] <= 1 and 0.2 < x[6] <= 1):
             return 1e9
-        return log_loss(rows, P.Efficiency(x[0], x[1], x[2], x[3] * 1e-6, x[4] * 1e-9, x[5], x[6] if free[6] else None,
-                                           exponent))
+        return log_loss(rows, replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
+                                      step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5],
+                                      kv_bandwidth=x[6] if free[6] else None))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
     # PyTorch backend's Python-side scheduling and sampling make a large fixed cost per iteration physical, and its
@@ -113,9 +115,10 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
                         options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800}) for x in starts]
     x = full(min(results, key=lambda r: r.fun).x)
     # without an FP4 row, FP4 GEMMs follow the 8-bit fraction (PRIOR's compute_4bit is None: FP8's times the silicon FP4/FP8 ratio)
-    return P.Efficiency(round(x[0], 3), round(x[1], 3), round(x[2], 3), round(x[3], 1) * 1e-6, round(x[4], 1) * 1e-9,
-                        round(x[5], 3) if free[5] else start.compute_4bit,
-                        round(x[6], 3) if free[6] else start.kv_bandwidth, exponent)
+    return replace(start, bandwidth=round(x[0], 3), compute_16bit=round(x[1], 3), compute_8bit=round(x[2], 3),
+                   step_overhead_per_layer_s=round(x[3], 1) * 1e-6, per_sequence_layer_s=round(x[4], 1) * 1e-9,
+                   compute_4bit=round(x[5], 3) if free[5] else start.compute_4bit,
+                   kv_bandwidth=round(x[6], 3) if free[6] else start.kv_bandwidth)
 
 
 def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class PlanResult(BaseModel):
     build: dict[str, Any]
     prediction: Prediction | None
     max_throughput: ThroughputEstimate | None
-    constants: dict[str, float]
+    constants: dict[str, float | str | None]
     speculation: SpeculationPlan | None = None
 
 

@@ -5,13 +5,15 @@ overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throug
 scripts/plan_vs_published.py, never per GPU, model or row. The all-reduce latency is measured (NVIDIA's silicon
 data, data/trtllm_allreduce_latency.tsv) where a GPU has it; elsewhere the interconnect figures below are
 assumptions written down, not fitted. FP4 GEMMs without a fitted fraction follow FP8's by the ratio measured on silicon
-(data/trtllm_gemm_rate.tsv).
+(data/trtllm_gemm_rate.tsv). An engine's decode attention reads the KV cache at the bandwidth measured on silicon for its
+GPU and per-rank attention shape (data/trtllm_decode_attention_bandwidth.tsv).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -33,6 +35,7 @@ class Efficiency:
     compute_4bit: float | None = None  # fraction of the dense FP4 rate reached by FP4 GEMMs (None: from compute_8bit, see compute_for)
     kv_bandwidth: float | None = None  # fraction of datasheet HBM bandwidth reached by decode attention's KV reads (None: bandwidth)
     gemm_roofline_exponent: float | None = None  # GEMM time = p-norm of weight-read and math time (None: their maximum)
+    kv_bandwidth_measured: bool = False  # KV reads at the fraction measured on silicon (kv_read_fraction) where there is one
 
     @property
     def kv_read_bandwidth(self) -> float:
@@ -48,7 +51,7 @@ class Efficiency:
             return self.compute_4bit if self.compute_4bit is not None else self.compute_8bit * fp4_share_of_fp8()
         return self.compute_8bit
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | str | None]:
         return {
             "bandwidth_efficiency": self.bandwidth,
             "compute_efficiency_16bit": self.compute_16bit,
@@ -56,7 +59,7 @@ class Efficiency:
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
             "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
             "compute_efficiency_4bit": round(self.compute_for(4), 3),
-            "kv_bandwidth_efficiency": self.kv_read_bandwidth,
+            "kv_bandwidth_efficiency": "measured" if self.kv_bandwidth_measured else self.kv_read_bandwidth,
             "gemm_roofline_exponent": self.gemm_roofline_exponent,
         }
 
@@ -68,9 +71,12 @@ class Efficiency:
 # fit's 25 us ceiling (scripts/plan_vs_published.py ENGINE_OVERHEAD_CAP_US: launches overlap the GPU work, and a batch-1
 # decode must stay a weight read within 1.3x, tests/unit/planner/test_timing.py) to 7.5 us: the fit had used it to stand
 # in for TP 4-8's all-reduce time, which the 8 us-per-call estimate put at a third to a half of the measured one (7.9 us
-# once KV reads had their own bandwidth fraction, 0.81 against the weight reads' 0.68, and GEMMs the roofline's knee).
-EFFICIENCY = Efficiency(bandwidth=0.681, compute_16bit=0.664, compute_8bit=0.57, step_overhead_per_layer_s=7.9e-6,
-                        per_sequence_layer_s=153.0e-9, kv_bandwidth=0.807, gemm_roofline_exponent=2.0)
+# once KV reads had their own fitted bandwidth fraction, 0.81 against the weight reads' 0.68, and GEMMs the roofline's
+# knee). KV reads now take the fraction measured on silicon per GPU and per-rank attention shape (kv_read_fraction: 0.45-0.86
+# on H100 with an FP8 cache, lowest where a rank holds one KV head) instead of one fitted for all; the weight reads' fraction
+# rose to 0.72 and the per-layer cost to 24.8 us, at the cap again (the cap keeps a batch-1 decode a weight read within 1.3x).
+EFFICIENCY = Efficiency(bandwidth=0.716, compute_16bit=0.671, compute_8bit=0.586, step_overhead_per_layer_s=24.8e-6,
+                        per_sequence_layer_s=114.7e-9, gemm_roofline_exponent=2.0, kv_bandwidth_measured=True)
 # PyTorch: the fit (from PRIOR and from the best point of a fixed grid, scripts/plan_vs_published.py fit()) runs to the
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
@@ -96,7 +102,7 @@ def prior_for(backend: str) -> Efficiency:
     change made its held-out figures worse (README, planner section)."""
     if backend == "pytorch":
         return PRIOR
-    return replace(PRIOR, kv_bandwidth=PRIOR.bandwidth, gemm_roofline_exponent=2.0)
+    return replace(PRIOR, kv_bandwidth_measured=True, gemm_roofline_exponent=2.0)
 
 
 def efficiency_for(backend: str) -> Efficiency:
@@ -164,6 +170,55 @@ def fp4_share_of_fp8() -> float:
             ratios.append((fp4 / fp4_peak) / (fp8 / fp8_peak))
     ratios.sort()
     return ratios[len(ratios) // 2] if ratios else 1.0
+
+
+AttentionShape = tuple[int, float, float]  # (head_dim, query heads, KV heads) of one rank
+
+
+@lru_cache(maxsize=1)
+def _decode_attention_table() -> dict[tuple[str, str], dict[AttentionShape, float]]:
+    """(gpu key, "fp8" or "bfloat16") -> {per-rank shape: fraction of datasheet HBM bandwidth}, from
+    data/trtllm_decode_attention_bandwidth.tsv. Tables AIConfigurator marks "legacy" are left out: A100's (TensorRT-LLM
+    1.0) reads 32 query and 8 KV heads at 1.45x its 2.04 TB/s, so it does not measure HBM reads. A single figure above the
+    datasheet bandwidth (a few of L40S's small shapes, whose KV cache fits its 96 MB L2) counts as that bandwidth: the
+    planner plans for reads from HBM."""
+    table: dict[tuple[str, str], dict[AttentionShape, float]] = {}
+    for row in packaged_fact_rows("trtllm_decode_attention_bandwidth.tsv"):
+        gpu = gpu_table().get(row["gpu"])
+        if gpu and gpu.hbm_bandwidth_tbps and row["provenance"] != "legacy":
+            shape = (int(row["head_dim"]), float(row["heads"]), float(row["kv_heads"]))
+            fraction = float(row["median_gbps"]) / (gpu.hbm_bandwidth_tbps * 1e3)
+            table.setdefault((row["gpu"], row["kv_dtype"]), {})[shape] = min(fraction, 1.0)
+    return table
+
+
+def _nearest(shapes: dict[AttentionShape, float], shape: AttentionShape) -> float:
+    """The figure of the measured shape nearest this one: the same head_dim where measured, then heads and KV heads by ratio."""
+    head_dim, heads, kv_heads = shape
+
+    def distance(other: AttentionShape) -> tuple[float, float]:
+        return (abs(math.log(other[0] / head_dim)),
+                abs(math.log(other[1] / max(heads, 1e-9))) + abs(math.log(other[2] / max(kv_heads, 1e-9))))
+
+    return shapes[min(shapes, key=distance)]
+
+
+@lru_cache(maxsize=4096)
+def kv_read_fraction(gpu_key: str, kv_bytes_per_element: float, head_dim: int, heads: float, kv_heads: float) -> float | None:
+    """The fraction of datasheet HBM bandwidth at which TensorRT-LLM's decode attention reads the KV cache on silicon for
+    one rank's attention shape (head_dim, query heads, KV heads) at max-load batches and KV lengths
+    (data/trtllm_decode_attention_bandwidth.tsv): this GPU's figure at the nearest measured shape, or, for a GPU without
+    one, the median over the GPUs measured. None for the CPU and where nothing is measured."""
+    gpu = gpu_table().get(gpu_key)
+    if gpu is None or gpu.is_cpu:
+        return None
+    dtype = "fp8" if kv_bytes_per_element <= 1 else "bfloat16"
+    table = _decode_attention_table()
+    shape = (head_dim, heads, kv_heads)
+    if (gpu_key, dtype) in table:
+        return _nearest(table[(gpu_key, dtype)], shape)
+    figures = [_nearest(shapes, shape) for (_, measured), shapes in table.items() if measured == dtype]
+    return statistics.median(figures) if figures else None
 
 
 def compute_rate(gpu: GpuSpec, quant: QuantFormat) -> float:

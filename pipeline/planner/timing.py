@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError
 from pipeline.planner.memory import (
-    ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, weight_bytes_per_gpu,
+    ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_per_gpu,
 )
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    link_bandwidth, measured_allreduce_s)
+                                    kv_read_fraction, link_bandwidth, measured_allreduce_s)
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 
@@ -64,6 +64,18 @@ def gemm_roofline_s(read_s: float, compute_s: float, exponent: float | None) -> 
     return (read_s**exponent + compute_s**exponent) ** (1 / exponent)
 
 
+def kv_fraction(scenario: Scenario, eff: Efficiency) -> float:
+    """The fraction of datasheet bandwidth at which decode attention reads the KV cache: as measured on silicon for one
+    rank's attention shape where the backend's constants say so and the GPU has a figure, else the constants' own."""
+    if eff.kv_bandwidth_measured:
+        model, tp = scenario.model, scenario.tp
+        measured = kv_read_fraction(scenario.gpu.key, scenario.kv.bytes_per_element, model.head_dim, model.num_heads / tp,
+                                    model.num_kv_heads if tp == 1 else kv_heads_per_gpu(model, tp))
+        if measured is not None:
+            return measured
+    return eff.kv_read_bandwidth
+
+
 def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
     """Seconds for one iteration of `load` (the scenario's isl/osl are not used: the load says it all)."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
@@ -78,7 +90,7 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     gemm_s = gemm_roofline_s(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     # Decode attention: every sequence reads its whole KV cache.
     kv_read = decode * load.decode_context * kv_bytes_per_token(model, kv, tp)
-    decode_attention_s = kv_read / (hbm_bandwidth(gpu) * eff.kv_read_bandwidth)
+    decode_attention_s = kv_read / (hbm_bandwidth(gpu) * kv_fraction(scenario, eff)) if kv_read else 0.0
     # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
     heads = model.num_heads / tp
     context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * load.prefill_context

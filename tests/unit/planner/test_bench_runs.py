@@ -71,18 +71,66 @@ def test_gemm_time_is_the_larger_bound_or_the_p_norm_of_both() -> None:
     assert gemm_roofline_s(1.0, 100.0, 2.0) == pytest.approx(100.0, rel=1e-4)  # far from it: the bound
 
 
-def test_kv_reads_have_their_own_bandwidth_only_where_a_backend_gives_them_one() -> None:
-    from pipeline.planner.rates import PRIOR, efficiency_for, prior_for
+def _measured_kv_gbps(gpu: str, dtype: str, head_dim: int, heads: int, kv_heads: int) -> float:
+    """The figure of pipeline/data/trtllm_decode_attention_bandwidth.tsv for this GPU and per-rank shape."""
+    from pipeline.data import packaged_fact_rows
 
-    assert PRIOR.kv_read_bandwidth == PRIOR.bandwidth and prior_for("pytorch") == PRIOR
-    assert prior_for("tensorrt").kv_bandwidth == PRIOR.bandwidth and prior_for("tensorrt").gemm_roofline_exponent == 2.0
+    found = [float(r["median_gbps"]) for r in packaged_fact_rows("trtllm_decode_attention_bandwidth.tsv")
+             if (r["gpu"], r["kv_dtype"], r["head_dim"], r["heads"], r["kv_heads"]) == (gpu, dtype, str(head_dim), str(heads), str(kv_heads))]
+    assert len(found) == 1, (gpu, dtype, head_dim, heads, kv_heads)
+    return found[0]
+
+
+def test_the_kv_read_table_names_the_silicon_file_of_every_figure() -> None:
+    """Each figure of data/trtllm_decode_attention_bandwidth.tsv names the AIConfigurator file it was read from, whose
+    release it gives; only A100's collection is marked legacy."""
+    from pipeline.data import packaged_fact_rows
+
+    rows = packaged_fact_rows("trtllm_decode_attention_bandwidth.tsv")
+    assert {r["gpu"] for r in rows} == {"a100-80gb", "h100-sxm", "h200", "b200", "l40s"}
+    for r in rows:
+        assert r["source"] == f"systems/data/{r['system']}/attention/trtllm/{r['trtllm_version']}/generation_attention_perf.parquet"
+        assert r["kv_dtype"] in ("bfloat16", "fp8") and int(r["points"]) > 0 and int(r["kv_heads"]) <= 16
+    assert {r["gpu"] for r in rows if r["provenance"] == "legacy"} == {"a100-80gb"}
+
+
+def test_engines_read_the_kv_cache_at_the_bandwidth_measured_on_silicon_for_the_rank_shape() -> None:
+    """8B FP8 on H100 at TP 1 runs 32 query and 8 KV heads per rank: its decode attention reads at the silicon figure for
+    that shape (AIConfigurator's generation_attention_perf); 70B at TP 8 has one KV head per rank, which reads slower."""
+    from pipeline.planner.rates import PRIOR, efficiency_for, kv_read_fraction, prior_for
+
+    assert prior_for("pytorch") == PRIOR and not PRIOR.kv_bandwidth_measured and PRIOR.kv_read_bandwidth == PRIOR.bandwidth
+    assert prior_for("tensorrt").kv_bandwidth_measured and prior_for("tensorrt").gemm_roofline_exponent == 2.0
     engines = efficiency_for("tensorrt")
-    assert engines.kv_read_bandwidth != engines.bandwidth and efficiency_for("pytorch").kv_bandwidth is None
+    assert engines.kv_bandwidth_measured and not efficiency_for("pytorch").kv_bandwidth_measured
     scenario = _scenario("llama-3.1-8b", "h100-sxm", 1, "FP8", 128, 2048)
     load = StepLoad(decode=256, decode_context=1152, prefill_tokens=0, prefill_context=0)
-    step = P.step_time(scenario, load, engines)
     kv_bytes = 256 * 1152 * P.kv_bytes_per_token(scenario.model, scenario.kv, 1)
-    assert step.decode_attention_s == pytest.approx(kv_bytes / (3.35e12 * engines.kv_read_bandwidth))
+    measured = _measured_kv_gbps("h100-sxm", "fp8", 128, 32, 8) * 1e9
+    assert P.step_time(scenario, load, engines).decode_attention_s == pytest.approx(kv_bytes / measured, rel=1e-9)
+    pytorch = efficiency_for("pytorch")
+    assert P.step_time(scenario, load, pytorch).decode_attention_s == pytest.approx(kv_bytes / (3.35e12 * pytorch.bandwidth))
+    assert kv_read_fraction("h100-sxm", 1, 128, 8, 1) == pytest.approx(_measured_kv_gbps("h100-sxm", "fp8", 128, 8, 1) / 3350)
+    assert kv_read_fraction("h100-sxm", 1, 128, 8, 1) < 0.9 * kv_read_fraction("h100-sxm", 1, 128, 64, 8)
+    assert kv_read_fraction("cpu", 2, 64, 9, 3) is None
+
+
+def test_a_gpu_whose_silicon_figures_exceed_its_datasheet_bandwidth_takes_the_median_of_the_others() -> None:
+    """A100's table (AIConfigurator's legacy TensorRT-LLM 1.0 collection) reads at up to 1.45x its 2.04 TB/s: it does not
+    measure HBM reads, so A100, like a GPU without a table, takes the median of the GPUs measured."""
+    import statistics
+
+    from pipeline.planner.rates import kv_read_fraction
+
+    assert _measured_kv_gbps("a100-80gb", "bfloat16", 128, 32, 8) > 2039
+    from pipeline.core.gpus import gpu_table
+
+    expected = statistics.median(_measured_kv_gbps(g, "bfloat16", 128, 32, 8) / (gpu_table()[g].hbm_bandwidth_tbps * 1e3)
+                                 for g in ("h100-sxm", "h200", "b200", "l40s"))
+    assert kv_read_fraction("a100-80gb", 2, 128, 32, 8) == pytest.approx(expected)
+    assert kv_read_fraction("l4", 2, 128, 32, 8) == pytest.approx(expected)
+    # a shape the table lacks takes the nearest measured one's figure (same head_dim, then heads and KV heads by ratio)
+    assert kv_read_fraction("h100-sxm", 2, 128, 28, 4) == pytest.approx(_measured_kv_gbps("h100-sxm", "bfloat16", 128, 32, 4) / 3350)
 
 
 def test_a_published_run_is_served_in_waves_of_its_batch() -> None:

@@ -25,7 +25,7 @@ from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
 # measured on silicon (and the fit started FP4 there), and the PyTorch rows counted their waves too: PyTorch 4.6/28.8 and
 # 4.8/16.2 (the FP4 rule alone: 4.0/15.5 and 5.4/17.0).
 CV_QUOTED = {
-    ("tensorrt", "gpu"): (4.2, 26.7), ("tensorrt", "model"): (7.0, 29.4),
+    ("tensorrt", "gpu"): (4.3, 23.3), ("tensorrt", "model"): (4.6, 24.7),
     ("pytorch", "gpu"): (3.6, 15.0), ("pytorch", "model"): (4.8, 18.3),
 }
 
@@ -75,8 +75,10 @@ def test_a_fold_never_sees_its_held_out_rows() -> None:
     folds = {f["value"]: f for f in module.cross_validate(rows, "gpu")}
     a100 = folds["a100-80gb"]
     assert a100["constants"]["compute_efficiency_16bit"] == PRIOR.compute_16bit
-    # no FP4 row in this table either: FP4 follows the fitted 8-bit fraction times the silicon FP4/FP8 ratio, PRIOR's rule
-    assert a100["kept_at_prior"] == ["compute_efficiency_16bit", "compute_efficiency_4bit"]
+    # no FP4 row in this table either: FP4 follows the fitted 8-bit fraction times the silicon FP4/FP8 ratio, PRIOR's rule;
+    # an engine's KV reads are never fitted (the fraction measured on silicon)
+    assert a100["kept_at_prior"] == ["compute_efficiency_16bit", "compute_efficiency_4bit", "kv_bandwidth_efficiency"]
+    assert a100["constants"]["kv_bandwidth_efficiency"] == "measured"
     assert a100["constants"]["compute_efficiency_4bit"] == pytest.approx(
         a100["constants"]["compute_efficiency_8bit"] * fp4_share_of_fp8(), abs=1e-3)
     doubled = [{**r, "tokens_per_s": str(2 * float(r["tokens_per_s"]))} if r["gpu"] == "a100-80gb" else r for r in rows]
