@@ -5,6 +5,7 @@ fit instead when none does."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,6 +44,7 @@ def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
     return int(linear + sixteen_bit)
 
 
+@lru_cache(maxsize=4096)  # pure, and called for every iteration the time model prices
 def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) -> int:
     """Layers and lm_head are split across TP ranks; the embedding table is replicated."""
     fmt = as_quant(quant)
@@ -58,6 +60,7 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, math.ceil(model.num_kv_heads / tp))
 
 
+@lru_cache(maxsize=4096)
 def kv_bytes_per_token(model: ModelSpec, kv: KvCacheFormat | str | None = None, tp: int = 1) -> float:
     """2 (K and V) x layers x kv_heads x head_dim x bytes per element; per GPU when tp > 1."""
     fmt = as_kv(kv)
@@ -98,6 +101,7 @@ class MemoryPlan(BaseModel):
     fits: bool
 
 
+@lru_cache(maxsize=4096)
 def memory_plan(
     scenario: Scenario,
     *,
