@@ -8,6 +8,9 @@ Run with AIConfigurator's own Python (it needs nothing from the pipeline):
 
 Per GPU, dtype and M (tokens): the median TFLOP/s (2*M*N*K over the measured latency) over the measured shapes with
 4096 <= N, K <= 32768, the range of dense LLM layers' GEMMs per GPU; the oldest TensorRT-LLM version the database holds.
+And how well two rooflines describe those latencies: each shape's measured latency over the larger of, and over the
+2-norm of, its weight-read time (N*K bytes at the median read rate of M 8) and math time (at the median TFLOP/s of the
+largest M), the median over shapes (1.0: the roofline is the latency).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from allreduce_record import package_path, perf_files, write_table  # noqa: E402
 
 DTYPES = ("bfloat16", "fp8", "nvfp4", "sq")
-TOKENS = (1024, 4096, 8192)
+TOKENS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 SHAPES = (4096, 32768)  # N and K range
-COLUMNS = ("gpu", "dtype", "tokens", "median_tflops", "shapes", "system", "trtllm_version", "aiconfigurator_version", "source")
+WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "sq": 1.0, "nvfp4": 0.5 + 1 / 16}  # FP4: one FP8 scale per 16 weights
+COLUMNS = ("gpu", "dtype", "tokens", "median_tflops", "latency_over_max", "latency_over_2norm", "shapes", "system",
+           "trtllm_version", "aiconfigurator_version", "source")
 
 
 def rows() -> list[dict[str, str]]:
@@ -35,11 +40,25 @@ def rows() -> list[dict[str, str]]:
         frame = frame[frame["n"].between(low, high) & frame["k"].between(low, high)]
         frame = frame.assign(tflops=2 * frame["m"] * frame["n"] * frame["k"] / (frame["latency"] * 1e-3) / 1e12)
         for dtype in DTYPES:
+            measured = frame[frame["gemm_dtype"] == dtype]
+            if measured.empty:
+                continue
+            measured = measured.assign(read_bytes=measured["n"] * measured["k"] * WEIGHT_BYTES[dtype],
+                                       seconds=measured["latency"] * 1e-3)
+            smallest, largest = measured[measured["m"] == TOKENS[0]], measured[measured["m"] == TOKENS[-1]]
+            read_rate = (smallest["read_bytes"] / smallest["seconds"]).median()
+            math_rate = largest["tflops"].median() * 1e12
+            read_s = measured["read_bytes"] / read_rate
+            math_s = 2 * measured["m"] * measured["n"] * measured["k"] / math_rate
+            measured = measured.assign(over_max=measured["seconds"] / read_s.combine(math_s, max),
+                                       over_2norm=measured["seconds"] / (read_s**2 + math_s**2) ** 0.5)
             for tokens in TOKENS:
-                picked = frame[(frame["gemm_dtype"] == dtype) & (frame["m"] == tokens)]
+                picked = measured[measured["m"] == tokens]
                 if picked.empty:
                     continue
                 out.append({"gpu": gpu, "dtype": dtype, "tokens": str(tokens), "median_tflops": f"{picked['tflops'].median():.1f}",
+                            "latency_over_max": f"{picked['over_max'].median():.3f}",
+                            "latency_over_2norm": f"{picked['over_2norm'].median():.3f}",
                             "shapes": str(len(picked)), "system": system, "trtllm_version": release,
                             "aiconfigurator_version": version, "source": package_path(path)})
     return out
@@ -49,8 +68,9 @@ def main() -> None:
     write_table("trtllm_gemm_rate.tsv",
                 "TensorRT-LLM GEMM rate (median TFLOP/s over dense-layer shapes, 4096 <= N, K <= 32768) measured on silicon,\n"
                 "per GPU, GEMM dtype and M, from the perf database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is\n"
-                "the file inside its package). Written by scripts/gemm_record.py; read by pipeline/planner/rates.py\n"
-                "fp4_share_of_fp8() (the largest M's rows).",
+                "the file inside its package); and the median of each shape's latency over the larger of, and over the\n"
+                "2-norm of, its weight-read and math times (tests/unit/planner/test_timing.py: the knee of the roofline).\n"
+                "Written by scripts/gemm_record.py; read by pipeline/planner/rates.py fp4_share_of_fp8() (the largest M's rows).",
                 COLUMNS, rows())
 
 
