@@ -40,6 +40,9 @@ def test_contract_is_read_from_the_served_config(llmapi_server) -> None:
     assert served.kind == "triton-llmapi" and served.model == "tensorrt_llm"
     assert {"text_input", "streaming", "sampling_param_max_tokens"} <= served.inputs
     assert detect(server.grpc_url, "tensorrt_llm").kind == "triton-llmapi"
+    # the tokenizer is the bundle's model/, named in config.pbtxt as preprocessing names it in an engine repository
+    assert served.tokenizer_dir is not None and (served.tokenizer_dir / "tokenizer_config.json").is_file()
+    assert served.tokenizer_dir.name == "model" and served.tokenizer_dir.parent.name == "1"
 
 
 def test_smoke_over_llmapi(llmapi_server, capsys) -> None:
@@ -55,8 +58,9 @@ def test_smoke_over_llmapi(llmapi_server, capsys) -> None:
 
 
 def test_bench_over_llmapi(llmapi_server, tmp_path) -> None:
-    server, deployable = llmapi_server
-    code = run(["bench", "--url", server.grpc_url, "--tokenizer", str(deployable / "model"), "--concurrency", "1,2",
+    """No --tokenizer: bench reads it from the served config, as for an engine repository."""
+    server, _ = llmapi_server
+    code = run(["bench", "--url", server.grpc_url, "--concurrency", "1,2",
                 "--requests", "2", "--isl", "16", "--osl", "4", "--warmup", "1", "--slo", "error_rate=0",
                 "--out", str(tmp_path)])
     assert code == 0
