@@ -145,6 +145,13 @@ def cross_validated_error(folds: list[dict[str, Any]]) -> dict[str, Any]:
     return _summary([row for fold in folds for row in fold["comparison"]])
 
 
+def pooled_cross_validation(backend: str, by: str) -> tuple[list[str], dict[str, Any]]:
+    """(the held-out values, the pooled figures) of one backend's cross-validation by "gpu" or "model": a top-level
+    function, so a process pool can run the four apart (tests/unit/planner/test_published.py)."""
+    folds = cross_validate(published_rows(backend), by)
+    return [fold["value"] for fold in folds], cross_validated_error(folds)
+
+
 def plot(panels: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
     """Held-out predicted vs published, one panel per backend, one colour per fold."""
     import matplotlib
