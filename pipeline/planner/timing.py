@@ -70,7 +70,7 @@ def kv_fraction(scenario: Scenario, eff: Efficiency) -> float:
     if eff.kv_bandwidth_measured:
         model, tp = scenario.model, scenario.tp
         measured = kv_read_fraction(scenario.gpu.key, scenario.kv.bytes_per_element, model.head_dim, model.num_heads / tp,
-                                    model.num_kv_heads if tp == 1 else kv_heads_per_gpu(model, tp))
+                                    kv_heads_per_gpu(model, tp))
         if measured is not None:
             return measured
     return eff.kv_read_bandwidth
