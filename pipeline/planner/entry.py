@@ -13,7 +13,7 @@ from pipeline.planner.rates import EFFICIENCY
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
-from pipeline.planner.timing import Prediction, ThroughputEstimate, max_throughput, predict
+from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
 
 
 class SpeculationInput(BaseModel):
@@ -99,6 +99,8 @@ def plan(spec: PlanSpec) -> PlanResult:
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         memory=memory, fits=memory.fits, alternatives=options, build=build,
-        prediction=prediction, max_throughput=throughput, constants=EFFICIENCY.as_dict(), speculation=speculation,
+        prediction=prediction, max_throughput=throughput, speculation=speculation,
+        # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
+        constants={**EFFICIENCY.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, EFFICIENCY), 3)},
     )
 

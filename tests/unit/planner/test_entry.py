@@ -58,6 +58,10 @@ def test_cli_json(capsys) -> None:
     assert data["max_throughput"]["output_tokens_per_s"] > data["prediction"]["output_tokens_per_s"]
     assert data["memory"]["kv_bytes_per_token"] == 65536
     assert set(data["constants"]) == set(P.EFFICIENCY.as_dict())
+    # 8B at TP 1 runs 32 query and 8 KV heads per rank: H200's silicon figure for that shape with an FP8 cache
+    from pipeline.planner.rates import kv_read_fraction
+
+    assert data["constants"]["kv_bandwidth_efficiency"] == round(kv_read_fraction("h200", 1, 128, 32, 8), 3)
 
 
 @pytest.mark.slow
