@@ -36,6 +36,7 @@ class Efficiency:
     kv_bandwidth: float | None = None  # fraction of datasheet HBM bandwidth reached by decode attention's KV reads (None: bandwidth)
     gemm_roofline_exponent: float | None = None  # GEMM time = p-norm of weight-read and math time (None: their maximum)
     kv_bandwidth_measured: bool = False  # KV reads at the fraction measured on silicon (kv_read_fraction) where there is one
+    gemm_rate_measured: bool = False  # the compute fractions are shares of the GEMM rate measured on silicon (measured_gemm_rate), not of the datasheet peak
 
     @property
     def kv_read_bandwidth(self) -> float:
@@ -44,11 +45,14 @@ class Efficiency:
 
     def compute_for(self, activation_bits: int) -> float:
         """The compute fraction of GEMMs whose activations have this many bits. FP4 without a fraction of its own: the
-        8-bit one times the FP4/FP8 ratio measured on silicon (fp4_share_of_fp8)."""
+        8-bit one times the FP4/FP8 ratio measured on silicon (fp4_share_of_fp8), or, where the fractions are shares of the
+        silicon rates (which hold that ratio already), the 8-bit one."""
         if activation_bits >= 16:
             return self.compute_16bit
         if activation_bits <= 4:
-            return self.compute_4bit if self.compute_4bit is not None else self.compute_8bit * fp4_share_of_fp8()
+            if self.compute_4bit is not None:
+                return self.compute_4bit
+            return self.compute_8bit if self.gemm_rate_measured else self.compute_8bit * fp4_share_of_fp8()
         return self.compute_8bit
 
     def as_dict(self) -> dict[str, float | str | None]:
@@ -75,8 +79,12 @@ class Efficiency:
 # knee). KV reads now take the fraction measured on silicon per GPU and per-rank attention shape (kv_read_fraction: 0.45-0.86
 # on H100 with an FP8 cache, lowest where a rank holds one KV head) instead of one fitted for all; the weight reads' fraction
 # rose to 0.72 and the per-layer cost to 24.8 us, at the cap again (the cap keeps a batch-1 decode a weight read within 1.3x).
-EFFICIENCY = Efficiency(bandwidth=0.716, compute_16bit=0.671, compute_8bit=0.586, step_overhead_per_layer_s=24.8e-6,
-                        per_sequence_layer_s=114.7e-9, gemm_roofline_exponent=2.0, kv_bandwidth_measured=True)
+# Then the compute fractions became shares of the GEMM rate measured on silicon per GPU and GEMM dtype (measured_gemm_rate:
+# L40S's FP8 GEMMs reach 0.48 of its datasheet peak, H100's 0.61, so one fraction of the datasheet had L40S's compute-bound
+# rows 15-20% fast): 16-bit 0.80 and 8-bit 0.98 of silicon's rates.
+EFFICIENCY = Efficiency(bandwidth=0.711, compute_16bit=0.799, compute_8bit=0.977, step_overhead_per_layer_s=24.9e-6,
+                        per_sequence_layer_s=130.1e-9, gemm_roofline_exponent=2.0, kv_bandwidth_measured=True,
+                        gemm_rate_measured=True)
 # PyTorch: the fit (from PRIOR and from the best point of a fixed grid, scripts/plan_vs_published.py fit()) runs to the
 # bandwidth bound and puts the rest in the per-step overhead (the LLM API's Python-side scheduling shows as a large fixed
 # cost per iteration: the max-load rows cannot tell it from a cost per token); 16-bit compute stays at PRIOR (no 16-bit rows).
@@ -102,7 +110,7 @@ def prior_for(backend: str) -> Efficiency:
     change made its held-out figures worse (README, planner section)."""
     if backend == "pytorch":
         return PRIOR
-    return replace(PRIOR, kv_bandwidth_measured=True, gemm_roofline_exponent=2.0)
+    return replace(PRIOR, kv_bandwidth_measured=True, gemm_rate_measured=True, gemm_roofline_exponent=2.0)
 
 
 def efficiency_for(backend: str) -> Efficiency:
@@ -152,24 +160,56 @@ def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None
 
 
 @lru_cache(maxsize=1)
-def fp4_share_of_fp8() -> float:
-    """How much less of its peak an FP4 GEMM reaches than an FP8 one: (FP4 rate / FP4 peak) / (FP8 rate / FP8 peak) at
-    the largest M measured on silicon (data/trtllm_gemm_rate.tsv, NVIDIA's perf database in AIConfigurator), the median
-    over the GPUs measured for both (B200: 0.77)."""
+def _silicon_gemm_rates() -> dict[tuple[str, str], float]:
+    """(gpu key, GEMM dtype) -> FLOP/s at the largest M measured on silicon (data/trtllm_gemm_rate.tsv, NVIDIA's perf
+    database in AIConfigurator: the median over dense-layer shapes)."""
     largest: dict[tuple[str, str], tuple[int, float]] = {}
     for row in packaged_fact_rows("trtllm_gemm_rate.tsv"):
         key, tokens = (row["gpu"], row["dtype"]), int(row["tokens"])
         if tokens >= largest.get(key, (0, 0.0))[0]:
-            largest[key] = (tokens, float(row["median_tflops"]))
+            largest[key] = (tokens, float(row["median_tflops"]) * 1e12)
+    return {key: rate for key, (_, rate) in largest.items()}
+
+
+@lru_cache(maxsize=1)
+def fp4_share_of_fp8() -> float:
+    """How much less of its peak an FP4 GEMM reaches than an FP8 one: (FP4 rate / FP4 peak) / (FP8 rate / FP8 peak) at
+    the largest M measured on silicon, the median over the GPUs measured for both (B200: 0.77)."""
+    silicon = _silicon_gemm_rates()
     ratios = []
-    for (key, dtype), (_, fp4) in largest.items():
-        fp8 = largest.get((key, "fp8"), (0, 0.0))[1]
+    for (key, dtype), fp4 in silicon.items():
+        fp8 = silicon.get((key, "fp8"))
         gpu = gpu_table().get(key)
         if dtype == "nvfp4" and fp8 and gpu and gpu.dense_fp8_tflops:
-            fp4_peak, fp8_peak = (compute_rate(gpu, quant_format(name)) / 1e12 for name in ("nvfp4", "fp8"))
+            fp4_peak, fp8_peak = (compute_rate(gpu, quant_format(name)) for name in ("nvfp4", "fp8"))
             ratios.append((fp4 / fp4_peak) / (fp8 / fp8_peak))
-    ratios.sort()
-    return ratios[len(ratios) // 2] if ratios else 1.0
+    return statistics.median(ratios) if ratios else 1.0
+
+
+def gemm_dtype(quant: QuantFormat) -> str:
+    """The GEMM kind a precision runs (data/trtllm_gemm_rate.tsv's dtype): weight-only formats dequantize to 16-bit."""
+    if quant.name == "nvfp4":
+        return "nvfp4"
+    if quant.activation_bits == 8:
+        return "sq" if quant.quant_algo and "SQ" in quant.quant_algo else "fp8"
+    return "bfloat16"
+
+
+@lru_cache(maxsize=256)
+def measured_gemm_rate(gpu: GpuSpec, quant: QuantFormat) -> float:
+    """FLOP/s that TensorRT-LLM's GEMMs of this precision reach on this GPU at large M, measured on silicon; a GPU without
+    a figure: its datasheet rate times the median share of the datasheet that the GPUs measured reach (L40S's FP8 GEMMs
+    reach 0.48 of theirs, H100's 0.61); the CPU: its own measured rate (planner/cpu.py)."""
+    datasheet = compute_rate(gpu, quant)
+    if gpu.is_cpu:
+        return datasheet
+    dtype = gemm_dtype(quant)
+    silicon = _silicon_gemm_rates()
+    if (gpu.key, dtype) in silicon:
+        return silicon[(gpu.key, dtype)]
+    shares = [rate / compute_rate(gpu_table()[key], quant) for (key, measured), rate in silicon.items()
+              if measured == dtype and key in gpu_table()]
+    return datasheet * (statistics.median(shares) if shares else 1.0)
 
 
 AttentionShape = tuple[int, float, float]  # (head_dim, query heads, KV heads) of one rank

@@ -16,13 +16,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError
+from pipeline.core.quant import quant_format
 from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_per_gpu,
 )
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    kv_read_fraction, link_bandwidth, measured_allreduce_s)
+                                    kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate)
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
+
+BF16 = quant_format("bf16")
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,12 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     tokens = decode + prefill_tokens
     logits = decode if load.logits_tokens is None else load.logits_tokens
     bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
-    rate = compute_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
-    attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
+    if eff.gemm_rate_measured:  # shares of the rate measured on silicon, 16-bit math at the BF16 GEMMs' rate
+        rate = measured_gemm_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
+        attn_rate = measured_gemm_rate(gpu, BF16) * eff.compute_16bit
+    else:
+        rate = compute_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
+        attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
     gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
     gemm_s = gemm_roofline_s(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0

@@ -24,9 +24,10 @@ from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
 # L40S its ECC-on memory: engines 6.4/33.8 and 8.9/39.0. Before FP4 without rows of its own followed FP8 by the ratio
 # measured on silicon (and the fit started FP4 there), and the PyTorch rows counted their waves too: PyTorch 4.6/28.8 and
 # 4.8/16.2 (the FP4 rule alone: 4.0/15.5 and 5.4/17.0). Before the engines' KV reads took silicon's per-shape figures
-# (rates.kv_read_fraction) instead of one fitted fraction: engines 4.2/26.7 and 7.0/29.4.
+# (rates.kv_read_fraction) instead of one fitted fraction: engines 4.2/26.7 and 7.0/29.4; before their compute fractions
+# became shares of the GEMM rates measured on silicon (rates.measured_gemm_rate): 4.3/23.3 and 4.6/24.7.
 CV_QUOTED = {
-    ("tensorrt", "gpu"): (4.3, 23.3), ("tensorrt", "model"): (4.6, 24.7),
+    ("tensorrt", "gpu"): (4.0, 17.6), ("tensorrt", "model"): (4.6, 24.2),
     ("pytorch", "gpu"): (3.6, 15.0), ("pytorch", "model"): (4.8, 18.3),
 }
 
@@ -76,12 +77,12 @@ def test_a_fold_never_sees_its_held_out_rows() -> None:
     folds = {f["value"]: f for f in module.cross_validate(rows, "gpu")}
     a100 = folds["a100-80gb"]
     assert a100["constants"]["compute_efficiency_16bit"] == PRIOR.compute_16bit
-    # no FP4 row in this table either: FP4 follows the fitted 8-bit fraction times the silicon FP4/FP8 ratio, PRIOR's rule;
+    # no FP4 row in this table either: FP4 takes the fitted 8-bit share of the silicon rates (which hold the FP4/FP8 ratio);
     # an engine's KV reads are never fitted (the fraction measured on silicon)
     assert a100["kept_at_prior"] == ["compute_efficiency_16bit", "compute_efficiency_4bit", "kv_bandwidth_efficiency"]
     assert a100["constants"]["kv_bandwidth_efficiency"] == "measured"
-    assert a100["constants"]["compute_efficiency_4bit"] == pytest.approx(
-        a100["constants"]["compute_efficiency_8bit"] * fp4_share_of_fp8(), abs=1e-3)
+    assert a100["constants"]["compute_efficiency_4bit"] == a100["constants"]["compute_efficiency_8bit"]
+    assert PRIOR.compute_for(4) == pytest.approx(PRIOR.compute_8bit * fp4_share_of_fp8())  # PRIOR: shares of the datasheet
     doubled = [{**r, "tokens_per_s": str(2 * float(r["tokens_per_s"]))} if r["gpu"] == "a100-80gb" else r for r in rows]
     again = {f["value"]: f for f in module.cross_validate(doubled, "gpu")}["a100-80gb"]
     assert again["constants"] == a100["constants"]
