@@ -99,7 +99,8 @@ PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
 # FP4 GEMMs at the 8-bit fraction times the FP4/FP8 ratio measured on silicon (compute_4bit None; fp4_share_of_fp8) until
 # FP4 rows say otherwise (that rule replaced "FP4 as FP8" after the B200-held-out fold was seen at 18% / 29%). A constant no
-# training row informs stays here.
+# training row informs stays here. For engines (prior_for) the compute fractions are shares of silicon's GEMM rates, so
+# their 70% is of those.
 PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_overhead_per_layer_s=10e-6, per_sequence_layer_s=100e-9)
 
 
