@@ -188,7 +188,8 @@ def fp4_share_of_fp8() -> float:
 
 
 def gemm_dtype(quant: QuantFormat) -> str:
-    """The GEMM kind a precision runs (data/trtllm_gemm_rate.tsv's dtype): weight-only formats dequantize to 16-bit."""
+    """The GEMM kind a precision runs (data/trtllm_gemm_rate.tsv's dtype): 16-bit activations for fp16/bf16 and the
+    weight-only formats (their weights are dequantized on the fly)."""
     if quant.name == "nvfp4":
         return "nvfp4"
     if quant.activation_bits == 8:
@@ -263,16 +264,10 @@ def kv_read_fraction(gpu_key: str, kv_bytes_per_element: float, head_dim: int, h
 
 
 def compute_rate(gpu: GpuSpec, quant: QuantFormat) -> float:
-    """Dense tensor-core FLOP/s at which this precision's GEMMs run on this GPU."""
+    """Dense tensor-core FLOP/s at which this precision's GEMMs run on this GPU (the datasheet's)."""
     bf16 = (gpu.dense_bf16_tflops or 0) * 1e12
-    if quant.name == "nvfp4":
-        rate = 2 * (gpu.dense_fp8_tflops or 0) * 1e12  # FP4 tensor cores: twice the FP8 rate
-    elif quant.activation_bits == 8 and quant.quant_algo and "SQ" in quant.quant_algo:
-        rate = (gpu.dense_int8_tops or 0) * 1e12
-    elif quant.activation_bits == 8:
-        rate = (gpu.dense_fp8_tflops or 0) * 1e12
-    else:  # 16-bit activations (fp16/bf16 and weight-only formats: weights are dequantized on the fly)
-        rate = bf16
+    fp8, int8 = (gpu.dense_fp8_tflops or 0) * 1e12, (gpu.dense_int8_tops or 0) * 1e12
+    rate = {"nvfp4": 2 * fp8, "sq": int8, "fp8": fp8, "bfloat16": bf16}[gemm_dtype(quant)]  # FP4 tensor cores: twice FP8
     return rate or bf16
 
 
