@@ -70,7 +70,8 @@ def main() -> None:
                 "per GPU, GEMM dtype and M, from the perf database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is\n"
                 "the file inside its package); and the median of each shape's latency over the larger of, and over the\n"
                 "2-norm of, its weight-read and math times (tests/unit/planner/test_timing.py: the knee of the roofline).\n"
-                "Written by scripts/gemm_record.py; read by pipeline/planner/rates.py fp4_share_of_fp8() (the largest M's rows).",
+                "Written by scripts/gemm_record.py; read by pipeline/planner/rates.py _silicon_gemm_rates() (the largest M's\n"
+                "rows: measured_gemm_rate() and fp4_share_of_fp8()).",
                 COLUMNS, rows())
 
 

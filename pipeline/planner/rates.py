@@ -1,7 +1,7 @@
 """GPU rates: the compute and bandwidth a GPU reaches, and the model's only fitted numbers.
 
-The efficiency constants (fraction of datasheet bandwidth and compute reached, per-layer step
-overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throughput tables by
+The efficiency constants (fraction of datasheet bandwidth and compute reached, or for engines the share of the GEMM
+rate measured on silicon, data/trtllm_gemm_rate.tsv; per-layer step overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throughput tables by
 scripts/plan_vs_published.py, never per GPU, model or row. The all-reduce latency is measured (NVIDIA's silicon
 data, data/trtllm_allreduce_latency.tsv) where a GPU has it; elsewhere the interconnect figures below are
 assumptions written down, not fitted. FP4 GEMMs without a fitted fraction follow FP8's by the ratio measured on silicon
