@@ -58,13 +58,13 @@ def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
     return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in P.compare_published(None, rows, efficiency=eff))
 
 
-def informed(rows: list[dict[str, str]], start: P.Efficiency = PRIOR) -> list[bool]:
-    """Which of the seven constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row, FP4
-    ones an FP4 row; a KV-read fraction of its own is fitted only where the start has one (neither backend's does now:
-    engines read the KV cache at silicon's figures, the PyTorch backend at the weight reads' fraction)."""
+def informed(rows: list[dict[str, str]]) -> list[bool]:
+    """Which of the six fitted constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row,
+    FP4 ones an FP4 row. KV reads have no constant of their own: engines read the KV cache at silicon's figures, the
+    PyTorch backend at the weight reads' fraction."""
     return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
             any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
-            any(r["precision"] in _FOUR_BIT for r in rows), start.kv_bandwidth is not None]
+            any(r["precision"] in _FOUR_BIT for r in rows)]
 
 
 def _all_pytorch(rows: list[dict[str, str]]) -> bool:
@@ -81,8 +81,8 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
 
     start = start or _backend_prior(rows)
     x0 = [start.bandwidth, start.compute_16bit, start.compute_8bit, start.step_overhead_per_layer_s * 1e6,
-          start.per_sequence_layer_s * 1e9, start.compute_for(4), start.kv_read_bandwidth]
-    free = informed(rows, start)
+          start.per_sequence_layer_s * 1e9, start.compute_for(4)]
+    free = informed(rows)
 
     def full(z) -> list[float]:
         values = iter(z)
@@ -94,11 +94,10 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     def loss(z) -> float:
         x = full(z)
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
-                and 0.1 < x[5] <= 1 and 0.2 < x[6] <= 1):
+                and 0.1 < x[5] <= 1):
             return 1e9
         return log_loss(rows, replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
-                                      step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5],
-                                      kv_bandwidth=x[6] if free[6] else None))
+                                      step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5]))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
     # PyTorch backend's Python-side scheduling and sampling make a large fixed cost per iteration physical, and its
@@ -109,7 +108,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     # no batch-1 latency supports and the max-load rows cannot refute).
     starts = [x0]
     if pytorch:
-        grid = [[bw, x0[1], x0[2], us, x0[4], x0[5], bw] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
+        grid = [[bw, x0[1], x0[2], us, x0[4], x0[5]] for bw in GRID_BANDWIDTH for us in GRID_STEP_US]
         starts.append(min(grid, key=lambda x: loss([v for v, is_free in zip(x, free) if is_free])))
     results = [minimize(loss, [v for v, is_free in zip(x, free) if is_free], method="Nelder-Mead",
                         options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800}) for x in starts]
@@ -117,8 +116,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     # without an FP4 row, FP4 GEMMs follow the 8-bit fraction (PRIOR's compute_4bit is None: FP8's times the silicon FP4/FP8 ratio)
     return replace(start, bandwidth=round(x[0], 3), compute_16bit=round(x[1], 3), compute_8bit=round(x[2], 3),
                    step_overhead_per_layer_s=round(x[3], 1) * 1e-6, per_sequence_layer_s=round(x[4], 1) * 1e-9,
-                   compute_4bit=round(x[5], 3) if free[5] else start.compute_4bit,
-                   kv_bandwidth=round(x[6], 3) if free[6] else start.kv_bandwidth)
+                   compute_4bit=round(x[5], 3) if free[5] else start.compute_4bit)
 
 
 def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
@@ -135,7 +133,7 @@ def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | No
         eff = fit(train, start)
         comparison = P.compare_published(None, test, efficiency=eff)
         folds.append({"held_out": by, "value": held_out, "train_rows": len(train), "constants": eff.as_dict(),
-                      "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train, start or _backend_prior(train))) if not f],
+                      "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train)) if not f],
                       **_summary(comparison), "comparison": comparison})
     return folds
 

@@ -27,21 +27,15 @@ from pipeline.data import packaged_fact_rows
 class Efficiency:
     """The model's only fitted numbers: global, the same for every GPU, precision, model and row."""
 
-    bandwidth: float  # fraction of datasheet HBM bandwidth reached by weight and KV reads
+    bandwidth: float  # fraction of datasheet HBM bandwidth reached by weight reads (and KV reads unless measured)
     compute_16bit: float  # fraction of the dense BF16/FP16 rate reached (GEMMs, attention, lm_head)
     compute_8bit: float  # fraction of the dense FP8/INT8 rate reached by quantized GEMMs
     step_overhead_per_layer_s: float  # launch/scheduling cost per layer per iteration
     per_sequence_layer_s: float = 0.0  # cost per decoding sequence per layer per iteration
     compute_4bit: float | None = None  # fraction of the dense FP4 rate reached by FP4 GEMMs (None: from compute_8bit, see compute_for)
-    kv_bandwidth: float | None = None  # fraction of datasheet HBM bandwidth reached by decode attention's KV reads (None: bandwidth)
     gemm_roofline_exponent: float | None = None  # GEMM time = p-norm of weight-read and math time (None: their maximum)
     kv_bandwidth_measured: bool = False  # KV reads at the fraction measured on silicon (kv_read_fraction) where there is one
     gemm_rate_measured: bool = False  # the compute fractions are shares of the GEMM rate measured on silicon (measured_gemm_rate), not of the datasheet peak
-
-    @property
-    def kv_read_bandwidth(self) -> float:
-        """The bandwidth fraction of decode attention's KV-cache reads."""
-        return self.bandwidth if self.kv_bandwidth is None else self.kv_bandwidth
 
     def compute_for(self, activation_bits: int) -> float:
         """The compute fraction of GEMMs whose activations have this many bits. FP4 without a fraction of its own: the
@@ -63,7 +57,7 @@ class Efficiency:
             "step_overhead_per_layer_us": round(self.step_overhead_per_layer_s * 1e6, 3),
             "per_sequence_layer_ns": round(self.per_sequence_layer_s * 1e9, 3),
             "compute_efficiency_4bit": round(self.compute_for(4), 3),
-            "kv_bandwidth_efficiency": "measured" if self.kv_bandwidth_measured else self.kv_read_bandwidth,
+            "kv_bandwidth_efficiency": "measured" if self.kv_bandwidth_measured else self.bandwidth,
             "gemm_roofline_exponent": self.gemm_roofline_exponent,
         }
 
@@ -106,9 +100,10 @@ PRIOR = Efficiency(bandwidth=0.8, compute_16bit=0.7, compute_8bit=0.7, step_over
 
 def prior_for(backend: str) -> Efficiency:
     """The fit's start for a backend, which also fixes its model's structure. Engines: GEMM time is the 2-norm of weight
-    reads and math (a GEMM near the ridge reaches neither bound), and KV reads get their own bandwidth fraction (decode
-    attention's kernels stream the cache, the GEMMs' weight reads are tiled). PyTorch backend: as PRIOR; either
-    change made its held-out figures worse (README, planner section)."""
+    reads and math (a GEMM near the ridge reaches neither bound), the compute fractions are shares of silicon's GEMM
+    rates (measured_gemm_rate), and KV reads run at silicon's figure for the rank's attention shape (kv_read_fraction).
+    PyTorch backend: as PRIOR (fractions of the datasheet, KV reads at the weight reads' fraction); each of those changes
+    made its held-out figures worse (README, planner section)."""
     if backend == "pytorch":
         return PRIOR
     return replace(PRIOR, kv_bandwidth_measured=True, gemm_rate_measured=True, gemm_roofline_exponent=2.0)

@@ -69,14 +69,14 @@ def gemm_roofline_s(read_s: float, compute_s: float, exponent: float | None) -> 
 
 def kv_fraction(scenario: Scenario, eff: Efficiency) -> float:
     """The fraction of datasheet bandwidth at which decode attention reads the KV cache: as measured on silicon for one
-    rank's attention shape where the backend's constants say so and the GPU has a figure, else the constants' own."""
+    rank's attention shape where the backend's constants say so and the GPU has a figure, else the weight reads' fraction."""
     if eff.kv_bandwidth_measured:
         model, tp = scenario.model, scenario.tp
         measured = kv_read_fraction(scenario.gpu.key, scenario.kv.bytes_per_element, model.head_dim, model.num_heads / tp,
                                     kv_heads_per_gpu(model, tp))
         if measured is not None:
             return measured
-    return eff.kv_read_bandwidth
+    return eff.bandwidth
 
 
 def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
