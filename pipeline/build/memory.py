@@ -19,6 +19,7 @@ from pipeline import planner
 from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.planner import Goal, ModelSpec, Scenario
+from pipeline.planner.cpu import CPU_DEFAULTS
 from pipeline.core.quant import KvCacheFormat, QuantFormat
 
 GIB = float(planner.GIB)
@@ -145,9 +146,6 @@ def default_limits(
         batch = batch or recommended["max_batch_size"]
         tokens = tokens or recommended["max_num_tokens"]
     return Limits(max_input_len=inp, max_seq_len=seq, max_batch_size=batch, max_num_tokens=tokens)
-
-
-CPU_DEFAULTS = {"latency": {"max_batch_size": 4}, "throughput": {"max_batch_size": 16}}
 
 
 def _recommended(target: EngineTarget, inp: int, seq: int) -> dict[str, int]:

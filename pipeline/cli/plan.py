@@ -82,7 +82,7 @@ def plan_command(
     tp_size = sizes[0]
     spec = PlanSpec(
         model=model, gpu=gpu, quant=quant or "fp16", kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
-        concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction,
+        concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
         speculation=None if speculative_acceptance is None else SpeculationInput(
             acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
     )
@@ -104,7 +104,7 @@ def _table(result: PlanResult):
         ["model", f"{model['name']}: {model['params_b']} B params, {model['layers']} layers, "
                   f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"],
         ["target", f"{result.tp}x {result.gpu}, weights {result.quant}, KV cache {result.kv_cache}, "
-                   f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}"],
+                   f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}, backend {result.backend}"],
         ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],
         ["runtime + activations", f"{mem.reserve_gib:.2f} GiB of {mem.gpu_memory_gib:.0f} GiB"],
         ["KV cache", f"{mem.kv_cache_gib:.2f} GiB at fraction {mem.kv_cache_free_gpu_mem_fraction} = "
@@ -124,9 +124,14 @@ def _table(result: PlanResult):
         rows.append(["max throughput", f"{t.output_tokens_per_s:,.0f} output tok/s at batch {t.batch} "
                                        f"({t.step_ms:.1f} ms/step, bound by {t.bound})"])
     build = result.build
-    rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
-                                      f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "
-                                      f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"])
+    if result.backend == "pytorch":
+        rows.append(["recommended LLM-API options", f"max_batch_size {build['max_batch_size']}, max_num_tokens "
+                     f"{build['max_num_tokens']}, max_seq_len {build['max_seq_len']}, kv_cache_config.free_gpu_memory_fraction "
+                     f"{build['kv_cache_free_gpu_mem_fraction']}"])
+    else:
+        rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
+                                          f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "
+                                          f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"])
     if result.speculation is not None:
         spec = result.speculation
         rows.append([f"speculation (acceptance {spec.acceptance}, K {spec.max_draft_len})",

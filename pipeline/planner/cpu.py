@@ -17,6 +17,13 @@ from functools import lru_cache
 from pipeline.core.gpus import GpuSpec, get_gpu
 
 FLOAT32_PER_16BIT = 2.0  # bytes the reference runtime moves per byte the planner counts
+# The reference runtime's build limits per goal: a small fixed batch, as `pipeline build --gpu cpu` builds it.
+CPU_DEFAULTS = {"latency": {"max_batch_size": 4}, "throughput": {"max_batch_size": 16}}
+
+
+def cpu_limits(build: dict, goal: str, isl: int) -> dict:
+    """A recommended build as the reference runtime is built: CPU_DEFAULTS' batch, prompts in one chunk."""
+    return {**build, **CPU_DEFAULTS[goal], "max_num_tokens": max(2048, isl)}
 
 
 def _best(work, runs: int = 5) -> float:

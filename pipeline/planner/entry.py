@@ -4,14 +4,17 @@ fits instead when it does not."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
+from pipeline.core.errors import UnsupportedError
+from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.rates import EFFICIENCY
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
+from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
 
@@ -44,6 +47,7 @@ class PlanSpec(BaseModel):
     goal: Goal = "throughput"
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
     speculation: SpeculationInput | None = None
+    backend: Literal["tensorrt", "pytorch"] = "tensorrt"
 
 
 class PlanResult(BaseModel):
@@ -57,6 +61,7 @@ class PlanResult(BaseModel):
     isl: int
     osl: int
     goal: Goal
+    backend: str
     memory: MemoryPlan
     fits: bool
     alternatives: list[Alternative]
@@ -68,10 +73,19 @@ class PlanResult(BaseModel):
 
 
 def plan(spec: PlanSpec) -> PlanResult:
-    """Memory, build limits and predicted latency/throughput for one model/GPU/precision/TP."""
-    scenario = Scenario(spec.model, spec.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
+    """Memory, build limits and predicted latency/throughput for one model/GPU/precision/TP on one backend (the CPU:
+    the reference runtime, with this host's measured figures)."""
+    scenario = Scenario(spec.model, plan_target(spec.gpu), spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
     model, quant = scenario.model, scenario.quant
-    build = recommend(scenario, spec.goal)
+    refusal = backend_refusal(spec.backend, scenario.gpu, quant.name, scenario.kv.name)
+    if refusal:
+        raise UnsupportedError(refusal + ".", hint=f"With --backend pytorch use --quant {'|'.join(HF_QUANT_FORMATS)} and "
+                               f"--kv-cache {'|'.join(HF_KV_CACHE_FORMATS)} (what the support matrix allows on "
+                               f"{scenario.gpu.key}), or plan an engine (--backend tensorrt).")
+    eff = backend_efficiency(scenario, spec.backend)
+    build = backend_limits(recommend(scenario, spec.goal), spec.backend)
+    if scenario.gpu.is_cpu:
+        build = cpu_limits(build, spec.goal, spec.isl)
     if spec.kv_cache_free_gpu_mem_fraction is not None:
         build = {**build, "kv_cache_free_gpu_mem_fraction": spec.kv_cache_free_gpu_mem_fraction}
     memory = memory_plan(
@@ -81,13 +95,13 @@ def plan(spec: PlanSpec) -> PlanResult:
     options = [] if memory.fits else alternatives(scenario)
     prediction = throughput = None
     if memory.fits:
-        prediction = predict(scenario, spec.concurrency, build=build)
-        throughput = max_throughput(scenario, build=build)
+        prediction = predict(scenario, spec.concurrency, build=build, efficiency=eff)
+        throughput = max_throughput(scenario, build=build, efficiency=eff)
     speculation = None
     if memory.fits and spec.speculation is not None:
         wanted = spec.speculation
         draft = None if wanted.draft_model is None else Scenario(
-            wanted.draft_model, spec.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
+            wanted.draft_model, scenario.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
         speculation = speculation_plan(scenario, SpeculationModel(wanted.acceptance, wanted.max_draft_len, draft),
                                        spec.concurrency, build["max_batch_size"], wanted.tpot_slo_ms)
     return PlanResult(
@@ -98,9 +112,9 @@ def plan(spec: PlanSpec) -> PlanResult:
             "weights_gib_total": round(weight_bytes(model, quant) / GIB, 3),
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
-        memory=memory, fits=memory.fits, alternatives=options, build=build,
+        backend=spec.backend, memory=memory, fits=memory.fits, alternatives=options, build=build,
         prediction=prediction, max_throughput=throughput, speculation=speculation,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
-        constants={**EFFICIENCY.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, EFFICIENCY), 3)},
+        constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
     )
 

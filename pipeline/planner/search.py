@@ -17,17 +17,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.core.gpus import MATRIX_COLUMNS, MATRIX_KV_COLUMNS, get_gpu, pytorch_supports
+from pipeline.core.gpus import get_gpu
 from pipeline.planner.accuracy import accuracy_costs
 from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
-from pipeline.planner.memory import DEFAULT_KV_FRACTION, memory_plan
+from pipeline.planner.memory import memory_plan
 from pipeline.planner.prices import Price
 from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec, model_spec_from_config
-from pipeline.planner.slo import Latency, SloTarget, backend_efficiency, latency, meets, shortfall
+from pipeline.planner.slo import (Latency, SloTarget, backend_efficiency, backend_limits, backend_refusal, latency, meets,
+                                  shortfall)
 
 Backend = Literal["tensorrt", "pytorch"]
 DEFAULT_GPUS = ("h100-sxm", "h200", "l40s", "a100-80gb")
@@ -127,22 +128,8 @@ def _kv_options(spec: SearchSpec, scenario_gpu) -> tuple[str, ...]:
     return ("auto", "fp8") if not scenario_gpu.is_cpu else ("auto",)
 
 
-def _backend_refusal(spec: SearchSpec, gpu, quant: str, kv: str) -> str | None:
-    """The PyTorch backend runs what TensorRT-LLM 1.1.0's support matrix marks for the architecture."""
-    if spec.backend != "pytorch" or gpu.is_cpu:
-        return None
-    for name, columns in ((quant, MATRIX_COLUMNS), (kv, MATRIX_KV_COLUMNS)):
-        if name in columns and not pytorch_supports(gpu, columns[name]):
-            return f"the PyTorch backend does not run {name} on {gpu.architecture} (TensorRT-LLM 1.1.0 support matrix)"
-    return None
-
-
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
-    base = recommend(scenario, "throughput")
-    # A PyTorch-backend deployable keeps the LLM API's default KV fraction, 0.9, for the room its CUDA graphs take
-    # (build/pytorch.py); that default: NVIDIA/TensorRT-LLM@5df359c2 docs/source/1.0/examples/kvcacheconfig.md:31.
-    if spec.backend == "pytorch":
-        base = {**base, "kv_cache_free_gpu_mem_fraction": DEFAULT_KV_FRACTION}
+    base = backend_limits(recommend(scenario, "throughput"), spec.backend)
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
                            kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences
     top = max(1, min(capacity, MAX_BATCH))
@@ -209,7 +196,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
             for kv in _kv_options(spec, gpu):
                 for tp in spec.tps:
                     name = f"{tp}x {gpu.key} {quant}/kv-{kv}"
-                    refusal = _backend_refusal(spec, gpu, quant, kv)
+                    refusal = backend_refusal(spec.backend, gpu, quant, kv)
                     try:
                         scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
                         eff = backend_efficiency(scenario, spec.backend)

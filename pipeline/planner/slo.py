@@ -18,7 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import GpuSpec, pytorch_restriction
+from pipeline.core.quant import kv_cache_format, quant_format
+from pipeline.planner.memory import DEFAULT_KV_FRACTION
 from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.timing import StepLoad, predict, step_time
@@ -130,6 +134,27 @@ def _burst(scenario: Scenario, prompts: int, build: dict[str, Any], eff: Efficie
         steps += [seconds] * runs
         filled += chunk * runs
     return steps
+
+
+def backend_refusal(backend: str, gpu: GpuSpec, quant: str, kv: str) -> str | None:
+    """Why a backend cannot deploy this precision on this GPU, or None. The PyTorch backend serves the HF checkpoints of
+    `pipeline convert --format hf` (HF_QUANT_FORMATS, with an auto or fp8 KV cache) and, on a GPU, what TensorRT-LLM
+    1.1.0's support matrix marks for its architecture."""
+    if backend != "pytorch":
+        return None
+    if quant not in HF_QUANT_FORMATS or kv not in HF_KV_CACHE_FORMATS:
+        return (f"the PyTorch backend deploys {', '.join(HF_QUANT_FORMATS)} checkpoints with a KV cache of "
+                f"{' or '.join(HF_KV_CACHE_FORMATS)}, not {quant} with KV {kv}")
+    if gpu.is_cpu:
+        return None
+    return pytorch_restriction(gpu, quant_format(quant), kv_cache_format(kv))
+
+
+def backend_limits(build: dict[str, Any], backend: str) -> dict[str, Any]:
+    """A recommended build as the backend runs it. A PyTorch-backend deployable keeps the LLM API's default KV fraction,
+    0.9, for the room its CUDA graphs take (build/pytorch.py); that default: NVIDIA/TensorRT-LLM@5df359c2
+    docs/source/1.0/examples/kvcacheconfig.md:31."""
+    return {**build, "kv_cache_free_gpu_mem_fraction": DEFAULT_KV_FRACTION} if backend == "pytorch" else build
 
 
 def backend_efficiency(scenario: Scenario, backend: str) -> Efficiency:

@@ -38,7 +38,9 @@ def test_70b_fp16_does_not_fit_one_h100_and_the_plan_says_what_would(tmp_path: P
         (["--gpu", "a100", "--quant", "fp8"], "cannot run fp8"),
         (["--gpu", "a100", "--kv-cache", "fp8"], "cannot run a fp8 KV cache"),
         (["--gpu", "h100", "--tp", "3"], "does not divide"),
-        (["--gpu", "cpu"], "no memory/bandwidth/FLOP figures"),
+        (["--gpu", "h100", "--quant", "int8_sq", "--backend", "pytorch"], "the PyTorch backend deploys"),
+        (["--gpu", "h100", "--quant", "fp8", "--kv-cache", "int8", "--backend", "pytorch"], "not fp8 with KV int8"),
+        (["--gpu", "h100", "--quant", "nvfp4", "--backend", "pytorch"], "cannot run nvfp4"),
         (["--gpu", "h100", "--goal", "fastest"], "Unknown goal"),
         (["--gpu", "h100", "--isl", "130000", "--osl", "2000"], "context window"),
     ],
@@ -93,3 +95,38 @@ def test_plan_predicts_speculation_from_an_acceptance_rate_and_says_whether_to_e
     assert never is not None and not never.enable and never.break_even_concurrency == 1
     assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "h100", "--speculative-acceptance", "1.5"]) == 2
     assert "--speculative-acceptance" in capsys.readouterr().err
+
+
+def test_one_configuration_on_the_pytorch_backend_is_planned_with_its_own_constants(capsys) -> None:
+    """--backend pytorch without --slo: the LLM API's constants and its default KV fraction (0.9), as the SLO search and
+    `pipeline build --backend pytorch` use them; the table names LLM-API options, not trtllm-build flags."""
+    from pipeline.planner.rates import PYTORCH_EFFICIENCY
+
+    common = ["plan", "--model", str(LLAMA_8B), "--gpu", "h200", "--quant", "fp8", "--kv-cache", "fp8", "--isl", "1024",
+              "--osl", "1024"]
+    assert run([*common, "--backend", "pytorch", "--json"]) == 0
+    pytorch = json.loads(capsys.readouterr().out)
+    assert run([*common, "--json"]) == 0
+    engine = json.loads(capsys.readouterr().out)
+    assert pytorch["backend"] == "pytorch" and engine["backend"] == "tensorrt"
+    assert pytorch["constants"]["bandwidth_efficiency"] == PYTORCH_EFFICIENCY.bandwidth
+    assert pytorch["constants"]["step_overhead_per_layer_us"] == round(PYTORCH_EFFICIENCY.step_overhead_per_layer_s * 1e6, 3)
+    assert pytorch["build"]["kv_cache_free_gpu_mem_fraction"] == P.DEFAULT_KV_FRACTION
+    assert engine["build"]["kv_cache_free_gpu_mem_fraction"] == 0.95
+    assert pytorch["prediction"]["tpot_ms"] != engine["prediction"]["tpot_ms"]
+    assert run([*common, "--backend", "pytorch"]) == 0
+    assert "kv_cache_config.free_gpu_memory_fraction 0.9" in capsys.readouterr().out
+
+
+def test_the_cpu_is_planned_with_this_hosts_figures_and_the_reference_runtimes_batch(capsys) -> None:
+    """--gpu cpu: the reference runtime as `pipeline build --gpu cpu` builds it (batch 16 for throughput, 4 for
+    latency), at the rates measured on this host (planner/cpu.py), as the SLO search plans it."""
+    from pipeline.planner.cpu import cpu_target
+
+    assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "cpu", "--isl", "128", "--osl", "32", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpu"] == "cpu" and data["build"]["max_batch_size"] == 16 and data["max_throughput"]["batch"] == 16
+    assert data["memory"]["gpu_memory_gib"] == pytest.approx(cpu_target().memory_gib, abs=0.01)
+    assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "cpu", "--goal", "latency", "--isl", "128", "--osl", "32",
+                "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["build"]["max_batch_size"] == 4

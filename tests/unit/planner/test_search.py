@@ -158,3 +158,19 @@ def test_a_bench_file_without_a_deployment_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"levels": []}))
     with pytest.raises(InvalidInputError, match="deployment"):
         fit_calibration([path], P.model_spec_from_config(LLAMA_8B), LLAMA_8B, ("h100",))
+
+
+def test_the_pytorch_backend_is_offered_only_what_it_deploys() -> None:
+    """The LLM API serves the HF checkpoints of `pipeline convert --format hf` (fp16, bf16, fp8, nvfp4, int4_awq,
+    w4a8_awq; KV auto or fp8), so an INT8 SmoothQuant build or an INT8 KV cache is skipped with the reason, while an
+    engine search keeps them (before: the PyTorch search recommended int8_sq with an INT8 KV cache on H100)."""
+    from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
+
+    wide = dict(gpus=("h100",), quants=("int8_sq", "fp8"), kv_caches=("auto", "int8"), tps=(1,))
+    pytorch = search(_spec("tpot_p99_ms=60", backend="pytorch", **wide), {})
+    engines = search(_spec("tpot_p99_ms=60", backend="tensorrt", **wide), {})
+    offered = {(c.quant, c.kv_cache) for c in pytorch.pareto + pytorch.best_per_gpu}
+    assert offered and all(q in HF_QUANT_FORMATS and kv in HF_KV_CACHE_FORMATS for q, kv in offered)
+    assert "the PyTorch backend deploys" in pytorch.skipped["1x h100-sxm int8_sq/kv-int8"]
+    assert ("int8_sq", "int8") in {(c.quant, c.kv_cache) for c in engines.pareto + engines.best_per_gpu}
+    assert not any("PyTorch" in reason for reason in engines.skipped.values())
