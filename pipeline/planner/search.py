@@ -249,6 +249,12 @@ def require_feasible(result: SearchResult) -> Candidate:
     if result.best_per_gpu:
         return result.best_per_gpu[0]
     if result.closest is None:
+        if result.skipped and not result.candidates:  # nothing was sized at all: say why each configuration was left out
+            reasons = sorted({reason.rstrip(".") for reason in result.skipped.values()})
+            raise UnsupportedError(
+                f"No configuration of the search can run ({len(result.skipped)} left out): " + "; ".join(reasons[:3])
+                + (f"; and {len(reasons) - 3} more reasons" if len(reasons) > 3 else "") + ".",
+                hint="Change --gpus, --quant, --kv-cache, --tp or --backend (`pipeline plan --gpu KEY ...` explains one).")
         raise UnsupportedError("No build of the searched grid fits in memory.",
                                hint="Add GPUs with more memory (--gpus), a larger --tp or a smaller --quant.")
     near = result.closest

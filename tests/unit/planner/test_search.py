@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import planner as P
-from pipeline.core.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.planner.calibrate import _fit, fit_calibration, prediction_error
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.pareto import pareto_front, write_plan_report
@@ -174,3 +174,13 @@ def test_the_pytorch_backend_is_offered_only_what_it_deploys() -> None:
     assert "the PyTorch backend deploys" in pytorch.skipped["1x h100-sxm int8_sq/kv-int8"]
     assert ("int8_sq", "int8") in {(c.quant, c.kv_cache) for c in engines.pareto + engines.best_per_gpu}
     assert not any("PyTorch" in reason for reason in engines.skipped.values())
+
+
+def test_a_search_whose_every_configuration_is_left_out_says_why() -> None:
+    """Every configuration refused before any build is sized (here: the PyTorch backend does not deploy INT8
+    SmoothQuant): exit 2 with the reasons, not "nothing fits in memory"."""
+    result = search(_spec("tpot_p99_ms=60", backend="pytorch", gpus=("h100",), quants=("int8_sq",), tps=(1,)), {})
+    assert result.candidates == 0 and result.skipped
+    with pytest.raises(UnsupportedError, match="No configuration of the search can run") as refused:
+        require_feasible(result)
+    assert "the PyTorch backend deploys" in refused.value.message and ".." not in refused.value.message
