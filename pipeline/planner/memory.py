@@ -73,7 +73,7 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_tokens: int, max_batch_s
     per_token = (
         4 * model.hidden_size
         + (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
-        + 2 * model.intermediate_size * model.experts_per_token / tp
+        + 2 * model.active_intermediate_size / tp
     ) * ACTIVATION_BYTES
     return int(max_num_tokens * per_token + max_batch_size * model.vocab_size * LOGITS_BYTES)
 

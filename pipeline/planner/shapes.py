@@ -30,8 +30,13 @@ class ModelSpec(BaseModel):
     dtype: str | None = None
     attention_bias: bool = False
     mlp_bias: bool = False
-    num_experts: int = 1  # MoE: experts per layer (1 = dense)
+    num_experts: int = 1  # MoE: routed experts per MoE layer (1 = dense)
     experts_per_token: int = 1
+    expert_intermediate_size: int | None = None  # a routed expert's MLP width (None: intermediate_size)
+    shared_expert_intermediate_size: int = 0  # an always-active shared expert's MLP width in each MoE layer
+    moe_layers: int | None = None  # layers with routed experts (None: every layer of an MoE); the others are dense
+    shared_expert_gate: bool = False  # Qwen2-MoE: a hidden -> 1 gate on the shared expert in each MoE layer
+    qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm weights on each head's queries and keys
 
     # parameter counts --------------------------------------------------------------------------------
     @property
@@ -42,32 +47,46 @@ class ModelSpec(BaseModel):
         bias = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
         return q + kv + o + bias
 
-    @property
-    def mlp_params_per_expert(self) -> int:
-        bias = (2 * self.intermediate_size + self.hidden_size) if self.mlp_bias else 0
-        return 3 * self.hidden_size * self.intermediate_size + bias
+    def _mlp_params(self, width: int) -> int:
+        """A gated MLP (gate, up, down) of this width."""
+        bias = (2 * width + self.hidden_size) if self.mlp_bias else 0
+        return 3 * self.hidden_size * width + bias if width else 0
 
     @property
-    def router_params_per_layer(self) -> int:
-        return self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+    def moe_layer_count(self) -> int:
+        if self.num_experts <= 1:
+            return 0
+        return self.num_layers if self.moe_layers is None else self.moe_layers
+
+    def _mlp_params_per_layer(self, experts: int) -> float:
+        """MLP weights per layer, averaged over the dense and MoE layers, with `experts` routed experts counted."""
+        moe = self.moe_layer_count
+        expert = self.expert_intermediate_size or self.intermediate_size
+        routed = experts * self._mlp_params(expert) + self._mlp_params(self.shared_expert_intermediate_size)
+        routed += self.hidden_size * (self.num_experts + self.shared_expert_gate)  # the router (and the shared expert's gate)
+        return ((self.num_layers - moe) * self._mlp_params(self.intermediate_size) + moe * routed) / self.num_layers
 
     @property
-    def matmul_params_per_layer(self) -> int:
-        """Weights of every linear layer in one decoder layer (all experts)."""
-        return self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert + self.router_params_per_layer
+    def matmul_params_per_layer(self) -> float:
+        """Weights of every linear layer in one decoder layer (all experts; the mean over dense and MoE layers)."""
+        return self.attention_params_per_layer + self._mlp_params_per_layer(self.num_experts)
 
     @property
-    def active_matmul_params_per_layer(self) -> int:
-        """Weights one token multiplies through in one layer (top-k experts for MoE)."""
-        return (
-            self.attention_params_per_layer
-            + self.experts_per_token * self.mlp_params_per_expert
-            + self.router_params_per_layer
-        )
+    def active_matmul_params_per_layer(self) -> float:
+        """Weights one token multiplies through in one layer (top-k and shared experts for MoE; the mean over layers)."""
+        return self.attention_params_per_layer + self._mlp_params_per_layer(self.experts_per_token if self.moe_layer_count else 1)
+
+    @property
+    def active_intermediate_size(self) -> float:
+        """The MLP width one token runs through per layer (top-k routed plus shared experts; the mean over layers)."""
+        moe = self.moe_layer_count
+        routed = self.experts_per_token * (self.expert_intermediate_size or self.intermediate_size) + self.shared_expert_intermediate_size
+        return ((self.num_layers - moe) * self.intermediate_size + moe * routed) / self.num_layers
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.num_layers + 1) * self.hidden_size
+        qk = 2 * self.head_dim if self.qk_norm else 0
+        return (2 * self.num_layers + 1) * self.hidden_size + self.num_layers * qk
 
     @property
     def embedding_params(self) -> int:
@@ -80,7 +99,7 @@ class ModelSpec(BaseModel):
 
     @property
     def param_count(self) -> int:
-        return (
+        return int(
             self.num_layers * self.matmul_params_per_layer
             + self.norm_params
             + self.embedding_params
@@ -90,7 +109,7 @@ class ModelSpec(BaseModel):
     @property
     def active_params_per_token(self) -> int:
         """Multiply-accumulate weights per token through the layers (the lm_head is counted apart)."""
-        return self.num_layers * self.active_matmul_params_per_layer
+        return int(self.num_layers * self.active_matmul_params_per_layer)
 
     @property
     def head_flops_per_token(self) -> int:
@@ -133,11 +152,18 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
             f"{source} lacks {', '.join(missing)}: it is not a decoder-only causal LM config the planner understands.",
             hint="The planner reads Llama-style configs (hidden_size, num_hidden_layers, num_attention_heads, vocab_size).",
         )
+    if raw.get("kv_lora_rank"):  # DeepSeek-V2/V3, Kimi K2: multi-head latent attention
+        raise UnsupportedError(
+            f"{source} uses multi-head latent attention (kv_lora_rank {raw['kv_lora_rank']}): the planner does not model "
+            "its compressed KV cache or its attention math, so it would misstate memory and speed.",
+            hint="Plan a model with standard (grouped-query) attention; size MLA models from NVIDIA's published figures.",
+        )
     hidden = int(raw["hidden_size"])
     heads = int(raw["num_attention_heads"])
     head_dim = raw.get("head_dim") or hidden // heads
-    intermediate = raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
-    experts = int(raw.get("num_local_experts") or raw.get("num_experts") or 1)
+    experts = int(raw.get("num_local_experts") or raw.get("num_experts") or raw.get("n_routed_experts") or 1)
+    moe = _moe_shape(raw, int(raw["num_hidden_layers"])) if experts > 1 else {}
+    intermediate = moe.pop("dense_intermediate_size", None) or raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
     return ModelSpec(
         name=name,
         model_type=str(raw.get("model_type", "unknown")),
@@ -151,11 +177,35 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         max_position_embeddings=raw.get("max_position_embeddings"),
         dtype=raw.get("torch_dtype") or raw.get("dtype"),
-        attention_bias=bool(raw.get("attention_bias", raw.get("model_type") in {"qwen2"})),
+        attention_bias=bool(raw.get("attention_bias", raw.get("model_type") in {"qwen2", "qwen2_moe"})),
         mlp_bias=bool(raw.get("mlp_bias", False)),
         num_experts=experts,
-        experts_per_token=int(raw.get("num_experts_per_tok") or 1) if experts > 1 else 1,
+        experts_per_token=int(raw.get("num_experts_per_tok") or raw.get("experts_per_token") or 1) if experts > 1 else 1,
+        qk_norm=str(raw.get("model_type", "")).startswith(("qwen3", "gemma3")),
+        **moe,
     )
+
+
+def _moe_shape(raw: dict[str, Any], layers: int) -> dict[str, Any]:
+    """An MoE's expert widths and which layers are MoE, from the keys each family uses: Mixtral and GPT-OSS
+    (intermediate_size is the expert's width, every layer MoE), Qwen2/Qwen3-MoE (moe_intermediate_size, a shared expert
+    of shared_expert_intermediate_size, decoder_sparse_step and mlp_only_layers), Llama 4 (intermediate_size for the
+    routed and the shared expert, intermediate_size_mlp for the dense layers, moe_layers or interleave_moe_layer_step)."""
+    if "intermediate_size_mlp" in raw:  # Llama 4
+        step = int(raw.get("interleave_moe_layer_step") or 1)
+        listed = raw.get("moe_layers")
+        count = len(listed) if isinstance(listed, list) else sum(1 for i in range(layers) if (i + 1) % step == 0)
+        return {"expert_intermediate_size": int(raw["intermediate_size"]), "moe_layers": count,
+                "shared_expert_intermediate_size": int(raw["intermediate_size"]),
+                "dense_intermediate_size": int(raw["intermediate_size_mlp"])}
+    if raw.get("moe_intermediate_size"):  # Qwen2-MoE, Qwen3-MoE
+        step = int(raw.get("decoder_sparse_step") or 1)
+        dense = set(raw.get("mlp_only_layers") or [])
+        count = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+        shared = int(raw.get("shared_expert_intermediate_size") or 0)
+        return {"expert_intermediate_size": int(raw["moe_intermediate_size"]), "moe_layers": count,
+                "shared_expert_intermediate_size": shared, "shared_expert_gate": bool(shared)}
+    return {}
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:

@@ -38,3 +38,60 @@ def test_missing_or_foreign_config_is_refused(tmp_path: Path) -> None:
         P.model_spec_from_config(tmp_path)
     with pytest.raises(UnsupportedError, match="hidden_size"):
         P.model_spec_from_config(write_config(tmp_path, model_type="bert", vocab_size=10))
+
+
+# Small configs of each MoE family the planner reads (and two dense ones with quirks), built as transformers' own model
+# classes: the planner's parameter counts must be theirs. Each family spells its experts differently (see
+# shapes._moe_shape): Qwen2-MoE here has a shared expert with its gate, a dense layer by decoder_sparse_step and one by
+# mlp_only_layers; Llama 4 alternates dense and MoE layers (interleave_moe_layer_step) with a shared expert.
+_FAMILIES = {
+    "MixtralForCausalLM": ("MixtralConfig", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                                 num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                                 num_experts_per_tok=2, vocab_size=256, tie_word_embeddings=False)),
+    "Qwen2MoeForCausalLM": ("Qwen2MoeConfig", dict(hidden_size=64, intermediate_size=160, moe_intermediate_size=32,
+                                                   shared_expert_intermediate_size=80, num_hidden_layers=4,
+                                                   num_attention_heads=4, num_key_value_heads=2, num_experts=6,
+                                                   num_experts_per_tok=2, decoder_sparse_step=2, mlp_only_layers=[3],
+                                                   vocab_size=256, tie_word_embeddings=False)),
+    "Qwen3MoeForCausalLM": ("Qwen3MoeConfig", dict(hidden_size=64, intermediate_size=160, moe_intermediate_size=32,
+                                                   num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                                   head_dim=32, num_experts=6, num_experts_per_tok=2, vocab_size=256)),
+    "Llama4ForCausalLM": ("Llama4TextConfig", dict(hidden_size=64, intermediate_size=48, intermediate_size_mlp=96,
+                                                   num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                                   head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+                                                   interleave_moe_layer_step=2, vocab_size=256)),
+    "Qwen2ForCausalLM": ("Qwen2Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                             tie_word_embeddings=False)),
+    "Qwen3ForCausalLM": ("Qwen3Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256)),
+}
+
+
+@pytest.mark.parametrize("architecture", sorted(_FAMILIES))
+def test_parameter_counts_match_transformers_model_classes(architecture: str) -> None:
+    """Total parameters as the transformers class holds them; the weights one token runs through (ours: attention, the
+    top-k routed experts, the shared expert, the router; embeddings, norms and lm_head apart) as the class's
+    non-expert linear weights plus k/E of its routed experts' weights."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config_name, values = _FAMILIES[architecture]
+    config = getattr(transformers, config_name)(**values)
+    with torch.device("meta"):
+        model = getattr(transformers, architecture)(config)
+    params = dict(model.named_parameters())
+    spec = P.model_spec_from_dict(config.to_dict(), architecture)
+    assert spec.param_count == sum(p.numel() for p in params.values())
+    linear = {n: p.numel() for n, p in params.items() if not any(k in n for k in ("embed", "lm_head", "norm"))}
+    routed = sum(v for n, v in linear.items() if ".experts" in n)
+    share = spec.experts_per_token / spec.num_experts if spec.num_experts > 1 else 1.0
+    assert spec.active_params_per_token == pytest.approx(sum(linear.values()) - routed * (1 - share), abs=1)
+
+
+def test_multi_head_latent_attention_is_refused_not_misplanned() -> None:
+    """DeepSeek-V3's MLA caches a compressed latent, not heads x head_dim per layer: planned as GQA its KV cache would
+    come out ~25x too large, so the planner says it does not model it."""
+    raw = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "vocab_size": 129280, "kv_lora_rank": 512, "n_routed_experts": 256}
+    with pytest.raises(UnsupportedError, match="multi-head latent attention"):
+        P.model_spec_from_dict(raw, "deepseek-v3")
