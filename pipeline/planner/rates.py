@@ -117,7 +117,11 @@ def efficiency_for(backend: str) -> Efficiency:
 # measured latency applies (measured_allreduce_s: NVLink GPUs of data/trtllm_allreduce_latency.tsv, TP 2, 4, 8).
 NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
 PCIE_BANDWIDTH = 25e9  # PCIe Gen4 x16, effective
-ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6}
+# TP beyond one HGX board's 8 GPUs crosses nodes: the all-reduce then runs at the node's fabric, one InfiniBand NIC per GPU
+# as NVIDIA's DGX systems ship them (DGX A100: 8x 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR).
+GPUS_PER_NODE = 8
+INTERNODE_BANDWIDTH = {"ampere": 25e9, "hopper": 50e9, "blackwell": 50e9}
+ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "internode": 30e-6}
 ALLREDUCE_EFFICIENCY = 0.7
 
 
@@ -275,8 +279,11 @@ def hbm_bandwidth(gpu: GpuSpec) -> float:
     return (gpu.hbm_bandwidth_tbps or 0) * 1e12
 
 
-def link_bandwidth(gpu: GpuSpec) -> tuple[float, float]:
-    """(bytes/s, latency s) of one all-reduce hop: NVLink by generation, else PCIe."""
+def link_bandwidth(gpu: GpuSpec, tp: int = 1) -> tuple[float, float]:
+    """(bytes/s, latency s) of one all-reduce hop: across nodes (tp above GPUS_PER_NODE) the InfiniBand NIC, else NVLink
+    by generation, else PCIe."""
+    if tp > GPUS_PER_NODE:
+        return INTERNODE_BANDWIDTH.get(gpu.architecture, 25e9), ALLREDUCE_LATENCY_S["internode"]
     if gpu.nvlink:
         return NVLINK_BANDWIDTH.get(gpu.architecture, 300e9), ALLREDUCE_LATENCY_S["nvlink"]
     return PCIE_BANDWIDTH, ALLREDUCE_LATENCY_S["pcie"]

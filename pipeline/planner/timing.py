@@ -108,7 +108,7 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     if tp > 1 and tokens:
         per_call = measured_allreduce_s(gpu, tp, tokens * model.hidden_size)
         if per_call is None:
-            link, latency = link_bandwidth(gpu)
+            link, latency = link_bandwidth(gpu, tp)
             message = tokens * model.hidden_size * ACTIVATION_BYTES
             per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = 2 * model.num_layers * per_call

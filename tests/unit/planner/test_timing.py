@@ -70,6 +70,23 @@ def test_all_reduce_latency_is_the_measured_one_where_the_gpu_has_it() -> None:
     assert measured_allreduce_s(h100, 8, 64 * 8192) > 2 * measured_allreduce_s(h100, 2, 64 * 8192)
 
 
+def test_tensor_parallelism_beyond_one_node_all_reduces_over_infiniband() -> None:
+    """TP 16 spans two 8-GPU nodes: its all-reduces run at one InfiniBand NIC per GPU (400 Gb/s on H100 systems), not at
+    NVLink's 450 GB/s, so TP 16 gets no faster per token than TP 8 where the all-reduce matters."""
+    from pipeline.planner.rates import ALLREDUCE_EFFICIENCY, ALLREDUCE_LATENCY_S, INTERNODE_BANDWIDTH
+
+    model = P.model_spec_from_dict({"hidden_size": 16384, "num_hidden_layers": 126, "num_attention_heads": 128,
+                                    "num_key_value_heads": 8, "intermediate_size": 53248, "vocab_size": 128256},
+                                   "llama-3.1-405b")
+    load = P.StepLoad(decode=256, decode_context=2048, prefill_tokens=0, prefill_context=0)
+    across = P.step_time(P.Scenario(model, "h100", "fp8", "fp8", 16, 1024, 1024), load)
+    message = 256 * model.hidden_size * 2
+    per_call = ALLREDUCE_LATENCY_S["internode"] + 2 * 15 / 16 * message / (INTERNODE_BANDWIDTH["hopper"] * ALLREDUCE_EFFICIENCY)
+    assert across.allreduce_s == pytest.approx(2 * model.num_layers * per_call)
+    within = P.step_time(P.Scenario(model, "h100", "fp8", "fp8", 8, 1024, 1024), load)
+    assert across.allreduce_s > 3 * within.allreduce_s and across.total_s > within.total_s
+
+
 def test_the_roofline_knee_describes_nvidias_silicon_gemms_better_than_the_larger_bound() -> None:
     """The engines' GEMM time is the 2-norm of weight-read and math time (timing.gemm_roofline_s). NVIDIA's measured GEMM
     latencies (data/trtllm_gemm_rate.tsv, from AIConfigurator's gemm_perf.parquet: the median over dense-layer shapes of
