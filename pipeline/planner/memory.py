@@ -55,6 +55,20 @@ def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) ->
     return int(replicated + (total - replicated) / tp)
 
 
+@lru_cache(maxsize=65536)
+def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: int, tokens: float) -> float:
+    """Bytes of weights one iteration of `tokens` tokens reads per GPU. A dense model reads them all. An MoE reads its
+    routed experts only as far as the tokens reach them: each token picks k of E experts, so with routing spread evenly a
+    layer's expected share of experts touched is 1 - (1 - k/E)^tokens (k/E for one decoding sequence, all of them at
+    large batches)."""
+    total = weight_bytes_per_gpu(model, quant, tp)
+    if not model.moe_layer_count:
+        return float(total)
+    routed = model.routed_expert_params * bits_per_weight(quant) / 8 / tp
+    touched = 1 - (1 - model.experts_per_token / model.num_experts) ** max(tokens, 1.0)
+    return total - routed * (1 - touched)
+
+
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     """KV heads each TP rank holds: split when there are enough, else replicated (at least one)."""
     return max(1, math.ceil(model.num_kv_heads / tp))

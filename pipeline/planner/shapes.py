@@ -77,6 +77,11 @@ class ModelSpec(BaseModel):
         return self.attention_params_per_layer + self._mlp_params_per_layer(self.experts_per_token if self.moe_layer_count else 1)
 
     @property
+    def routed_expert_params(self) -> int:
+        """Weights of every routed expert of every MoE layer (0 for a dense model)."""
+        return self.moe_layer_count * self.num_experts * self._mlp_params(self.expert_intermediate_size or self.intermediate_size)
+
+    @property
     def active_intermediate_size(self) -> float:
         """The MLP width one token runs through per layer (top-k routed plus shared experts; the mean over layers)."""
         moe = self.moe_layer_count

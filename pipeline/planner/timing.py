@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.core.errors import InvalidInputError
 from pipeline.core.quant import quant_format
 from pipeline.planner.memory import (
-    ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_per_gpu,
+    ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step,
 )
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate)
@@ -94,7 +94,8 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
     gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
-    gemm_s = gemm_roofline_s(weight_bytes_per_gpu(model, quant, tp) / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
+    read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens)  # an MoE's untouched experts are not read
+    gemm_s = gemm_roofline_s(read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     # Decode attention: every sequence reads its whole KV cache.
     kv_read = decode * load.decode_context * kv_bytes_per_token(model, kv, tp)
     decode_attention_s = kv_read / (hbm_bandwidth(gpu) * kv_fraction(scenario, eff)) if kv_read else 0.0
@@ -283,7 +284,7 @@ def max_throughput(
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
     }
-    read_s = weight_bytes_per_gpu(model, quant, tp) / (hbm_bandwidth(gpu) * eff.bandwidth)
+    read_s = weight_bytes_read_per_step(model, quant, tp, batch) / (hbm_bandwidth(gpu) * eff.bandwidth)
     gemm_bound = "weight reads" if gemm_roofline_s(read_s, read_s, eff.gemm_roofline_exponent) >= step.gemm_s else "GEMM compute"
     dominant = max(phases, key=phases.get)
     bound = gemm_bound if dominant == "gemm" else {

@@ -87,6 +87,26 @@ def test_tensor_parallelism_beyond_one_node_all_reduces_over_infiniband() -> Non
     assert across.allreduce_s > 3 * within.allreduce_s and across.total_s > within.total_s
 
 
+def test_a_moe_decode_reads_only_the_experts_its_tokens_reach() -> None:
+    """Mixtral 8x7B routes each token to 2 of 8 experts: one decoding sequence reads the attention and router weights and
+    a quarter of the experts' (its batch-1 TPOT is a read of ~13 B weights, not 47 B), a large batch reads them all."""
+    from pipeline.planner.memory import weight_bytes_read_per_step
+
+    mixtral = P.model_spec_from_dict({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+                                      "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+                                      "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}, "mixtral")
+    total = P.weight_bytes_per_gpu(mixtral, "fp8", 1)
+    experts = mixtral.routed_expert_params  # FP8: a byte per weight
+    assert weight_bytes_read_per_step(mixtral, "fp8", 1, 1) == pytest.approx(total - experts * (1 - 2 / 8))
+    assert weight_bytes_read_per_step(mixtral, "fp8", 1, 4096) == pytest.approx(total, rel=1e-9)
+    assert weight_bytes_read_per_step(mixtral, "fp8", 1, 8) < weight_bytes_read_per_step(mixtral, "fp8", 1, 64) < total
+    batch1 = P.predict(P.Scenario(mixtral, "h100", "fp8", "fp8", 1, 1024, 256), 1)
+    active_read_ms = weight_bytes_read_per_step(mixtral, "fp8", 1, 1) / (3.35e12 * P.EFFICIENCY.bandwidth) * 1e3
+    assert active_read_ms < batch1.tpot_ms < 1.3 * active_read_ms
+    llama = P.model_spec_from_config(LLAMA_8B)
+    assert weight_bytes_read_per_step(llama, "fp8", 1, 1) == P.weight_bytes_per_gpu(llama, "fp8", 1)  # dense: all of it
+
+
 def test_the_roofline_knee_describes_nvidias_silicon_gemms_better_than_the_larger_bound() -> None:
     """The engines' GEMM time is the 2-norm of weight-read and math time (timing.gemm_roofline_s). NVIDIA's measured GEMM
     latencies (data/trtllm_gemm_rate.tsv, from AIConfigurator's gemm_perf.parquet: the median over dense-layer shapes of
