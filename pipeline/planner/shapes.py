@@ -53,6 +53,11 @@ class ModelSpec(BaseModel):
         return 3 * self.hidden_size * width + bias if width else 0
 
     @property
+    def expert_width(self) -> int:
+        """A routed expert's MLP width (intermediate_size where the config gives no width of its own)."""
+        return self.expert_intermediate_size or self.intermediate_size
+
+    @property
     def moe_layer_count(self) -> int:
         if self.num_experts <= 1:
             return 0
@@ -61,8 +66,7 @@ class ModelSpec(BaseModel):
     def _mlp_params_per_layer(self, experts: int) -> float:
         """MLP weights per layer, averaged over the dense and MoE layers, with `experts` routed experts counted."""
         moe = self.moe_layer_count
-        expert = self.expert_intermediate_size or self.intermediate_size
-        routed = experts * self._mlp_params(expert) + self._mlp_params(self.shared_expert_intermediate_size)
+        routed = experts * self._mlp_params(self.expert_width) + self._mlp_params(self.shared_expert_intermediate_size)
         routed += self.hidden_size * (self.num_experts + self.shared_expert_gate)  # the router (and the shared expert's gate)
         return ((self.num_layers - moe) * self._mlp_params(self.intermediate_size) + moe * routed) / self.num_layers
 
@@ -79,13 +83,13 @@ class ModelSpec(BaseModel):
     @property
     def routed_expert_params(self) -> int:
         """Weights of every routed expert of every MoE layer (0 for a dense model)."""
-        return self.moe_layer_count * self.num_experts * self._mlp_params(self.expert_intermediate_size or self.intermediate_size)
+        return self.moe_layer_count * self.num_experts * self._mlp_params(self.expert_width)
 
     @property
     def active_intermediate_size(self) -> float:
         """The MLP width one token runs through per layer (top-k routed plus shared experts; the mean over layers)."""
         moe = self.moe_layer_count
-        routed = self.experts_per_token * (self.expert_intermediate_size or self.intermediate_size) + self.shared_expert_intermediate_size
+        routed = self.experts_per_token * self.expert_width + self.shared_expert_intermediate_size
         return ((self.num_layers - moe) * self.intermediate_size + moe * routed) / self.num_layers
 
     @property
