@@ -55,7 +55,6 @@ def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) ->
     return int(replicated + (total - replicated) / tp)
 
 
-@lru_cache(maxsize=65536)
 def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: int, tokens: float) -> float:
     """Bytes of weights one iteration of `tokens` tokens reads per GPU. A dense model reads them all. An MoE reads its
     routed experts only as far as the tokens reach them: each token picks k of E experts, so with routing spread evenly a
