@@ -37,9 +37,16 @@ def _alarm(signum, frame):  # noqa: ARG001
     raise _Timeout
 
 
+def moe_parallelism(job: dict) -> dict:
+    """An MoE job's expert parallelism (its `moe_tp` key): experts split by TP and not by EP, as trtllm-bench builds them;
+    {} for a dense model."""
+    return {"moe_tp_size": job["moe_tp"], "moe_ep_size": 1} if job.get("moe_tp") else {}
+
+
 def command_line(job: dict) -> str:
+    moe = "".join(f" --{key.replace('_', '-')} {value}" for key, value in moe_parallelism(job).items())
     return (f"aiconfigurator cli estimate --model-path {job['model_dir']} --system {job['system']} --backend trtllm "
-            f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']} --tp-size {job['tp']} "
+            f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']} --tp-size {job['tp']}{moe} "
             f"--gemm-quant-mode {job['gemm']} --kvcache-quant-mode {job['kv']} --free-gpu-memory-fraction 0.95")
 
 
@@ -51,7 +58,8 @@ def estimate(job: dict, timeout: int) -> tuple[str, str, str]:
     try:
         result = cli_estimate(model_path=job["model_dir"], system_name=job["system"], mode="agg", backend_name="trtllm",
                               isl=job["isl"], osl=job["osl"], batch_size=job["batch"], tp_size=job["tp"],
-                              gemm_quant_mode=job["gemm"], kvcache_quant_mode=job["kv"], free_gpu_memory_fraction=0.95)
+                              gemm_quant_mode=job["gemm"], kvcache_quant_mode=job["kv"], free_gpu_memory_fraction=0.95,
+                              **moe_parallelism(job))
         return f"{result.tokens_per_second:.2f}", "ok", str(result.backend_version)
     except _Timeout:
         return "", f"timeout>{timeout}s", ""

@@ -36,7 +36,9 @@ QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "b
 KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
 _HEADER = """\
-# NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, recorded by
+# NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv and trtllm_published_throughput_more_models.tsv
+# (Mixtral with its experts split by TP, --moe-tp-size TP --moe-ep-size 1, as trtllm-bench 0.17 built them; AIConfigurator 0.12
+# does not support Mistral's architecture), recorded by
 # `scripts/plan_vs_published.py --rerun-aiconfigurator` (scripts/aiconfigurator_record.py: aiconfigurator.cli.api.cli_estimate,
 # what `aiconfigurator cli estimate` runs; `command` is that command line). Per row: AIConfigurator's version, the perf
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
@@ -115,7 +117,8 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
         gemm, kv = QUANT[row["precision"]]
-        out.append({**{k: row[k] for k in (*KEY, "batch")}, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
+        moe = {"moe_tp": row["tp"]} if (config.get("num_local_experts") or 1) > 1 else {}  # experts split by TP, no EP
+        out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out
 

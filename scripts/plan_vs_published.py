@@ -14,6 +14,9 @@ AIConfigurator's estimate for the same rows is put beside ours from its recorded
 aiconfigurator_predictions.tsv; scripts/plan_vs_aiconfigurator.py), per GPU: its median and worst |error| beside ours, in
 sample and with that GPU held out. --rerun-aiconfigurator asks AIConfigurator again (installed; ~40 minutes) and rewrites
 that table first.
+With the engine backend it also predicts the models outside the fit (pipeline/data/trtllm_published_throughput_more_models.tsv:
+Mistral 7B never fitted; Mixtral fitting the MoE experts' constant alone, held out by model and by GPU with --cv):
+scripts/plan_vs_more_models.py.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E40
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate, rerun, side_by_side  # noqa: E402
+from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
 _SIXTEEN_BIT = {"FP16", "BF16"}
@@ -299,11 +303,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rerun_aiconfigurator:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
+        every += P.compare_published(None, P.more_model_rows())
         rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     report: dict[str, Any] = {"table": "pipeline/data/trtllm_published_throughput.tsv", "prior": PRIOR.as_dict(),
                               "backends": {backend: run_backend(backend, args) for backend in backends}}
+    if "tensorrt" in backends:  # the engines' constants on the models outside the fit (scripts/plan_vs_more_models.py)
+        report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
+        for line in report_lines(report["more_models"]):
+            OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "plan_vs_published.json", report)
@@ -312,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
               for b, part in report["backends"].items() for by in FOLD_KINDS}
     panels = {name: folds for name, folds in panels.items() if folds} or {
         f"{b} (in sample)": [{"value": "all", **part["in_sample"], "comparison": part["rows"]}] for b, part in report["backends"].items()}
+    if "more_models" in report:
+        panels.update(plot_panels(report["more_models"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
     OUT.info(f"wrote {out / 'plan_vs_published.json'}, plan_vs_published_folds.csv, plan_vs_published.png and "

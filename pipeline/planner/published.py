@@ -30,6 +30,14 @@ def published_rows(backend: str | None = None) -> list[dict[str, str]]:
     return [row for row in rows if backend is None or row["backend"] == backend]
 
 
+def more_model_rows(model_prefix: str | None = None) -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_more_models.tsv: 0.17 engine rows of the models the dense fit
+    never sees (Mistral 7B; Mixtral 8x7B and 8x22B, which fit the MoE experts' constant alone), those whose model name
+    starts with `model_prefix` or all."""
+    rows = packaged_fact_rows("trtllm_published_throughput_more_models.tsv")
+    return [row for row in rows if model_prefix is None or row["model"].startswith(model_prefix)]
+
+
 @lru_cache(maxsize=None)
 def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""

@@ -86,6 +86,12 @@ class ModelSpec(BaseModel):
         return self.moe_layer_count * self.num_experts * self._mlp_params(self.expert_width)
 
     @property
+    def routed_active_params_per_token(self) -> int:
+        """The routed experts' weights one token multiplies through, over all layers (k experts of each MoE layer; 0 for a
+        dense model): the part of active_params_per_token that grouped expert GEMMs run."""
+        return self.moe_layer_count * self.experts_per_token * self._mlp_params(self.expert_width)
+
+    @property
     def active_intermediate_size(self) -> float:
         """The MLP width one token runs through per layer (top-k routed plus shared experts; the mean over layers)."""
         moe = self.moe_layer_count

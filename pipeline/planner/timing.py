@@ -92,8 +92,10 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     else:
         rate = compute_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
         attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
-    # GEMMs: weights read once per step; 2 FLOPs per active weight per token.
-    gemm_compute_s = 2 * model.active_params_per_token * tokens / tp / rate + model.head_flops_per_token * logits / tp / attn_rate
+    # GEMMs: weights read once per step; 2 FLOPs per active weight per token (an MoE's routed experts at their own share).
+    experts = model.routed_active_params_per_token
+    layer_flops = 2 * (model.active_params_per_token - experts + experts / eff.moe_expert_compute) * tokens / tp
+    gemm_compute_s = layer_flops / rate + model.head_flops_per_token * logits / tp / attn_rate
     read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens)  # an MoE's untouched experts are not read
     gemm_s = gemm_roofline_s(read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     # Decode attention: every sequence reads its whole KV cache.

@@ -1,0 +1,112 @@
+"""The engines' constants on models the dense fit never sees (pipeline/data/trtllm_published_throughput_more_models.tsv,
+TensorRT-LLM 0.17's rows of Mistral 7B, Mixtral 8x7B and Mixtral 8x22B). scripts/plan_vs_published.py calls it for the
+engine backend; it is a module of its own because its procedure differs from the main table's:
+
+- Mistral 7B fits nothing: its rows are predicted with the shipped constants, a test on a model no fit has seen.
+- Mixtral rows fit one constant and nothing else: the share of the dense GEMM rate an MoE's routed experts' math reaches
+  (rates.Efficiency.moe_expert_compute; the dense constants stay as the main table fitted them). The figure to quote holds
+  one Mixtral out (fit on the other) and then one GPU out, as the main table's folds do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from pipeline import planner as P
+from plan_vs_aiconfigurator import annotate, side_by_side
+
+DENSE_PREFIX, MOE_PREFIX = "mistral", "mixtral"
+MOE_BOUNDS = (0.3, 1.0)  # a share of the dense rate: grouped expert GEMMs are not faster than dense ones, and not 3x slower
+
+
+def _loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
+    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in P.compare_published(None, rows, efficiency=eff))
+
+
+def fit_moe(rows: list[dict[str, str]], base: P.Efficiency) -> P.Efficiency:
+    """`base` with moe_expert_compute fitted on `rows` (bounded scalar minimisation of the squared log ratios)."""
+    from scipy.optimize import minimize_scalar
+
+    best = minimize_scalar(lambda share: _loss(rows, replace(base, moe_expert_compute=share)), bounds=MOE_BOUNDS,
+                           method="bounded", options={"xatol": 1e-4})
+    return replace(base, moe_expert_compute=round(float(best.x), 3))
+
+
+def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rows": len(comparison), "median_abs_pct_error": P.median_abs_pct_error(comparison),
+            "max_abs_pct_error": max(abs(r["error_pct"]) for r in comparison)}
+
+
+def moe_folds(rows: list[dict[str, str]], base: P.Efficiency) -> list[dict[str, Any]]:
+    """Hold out each MoE model, then each GPU: fit the MoE constant on the rest, predict the held-out rows."""
+    folds = []
+    for by in ("model", "gpu"):
+        for held_out in sorted({r[by] for r in rows}):
+            train = [r for r in rows if r[by] != held_out]
+            eff = fit_moe(train, base)
+            comparison = P.compare_published(None, [r for r in rows if r[by] == held_out], efficiency=eff)
+            folds.append({"held_out": by, "value": held_out, "train_rows": len(train),
+                          "moe_expert_compute": eff.moe_expert_compute, **_summary(comparison), "comparison": comparison})
+    return folds
+
+
+def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, Any]:
+    """Mistral with the shipped engine constants; Mixtral as if dense, then in sample (the shipped MoE constant, or
+    refitted with `fit`) and, with `folds`, held out; AIConfigurator's recorded estimates beside Mixtral's rows."""
+    shipped = P.efficiency_for("tensorrt")
+    dense_rows, moe_rows = P.more_model_rows(DENSE_PREFIX), P.more_model_rows(MOE_PREFIX)
+    eff = fit_moe(moe_rows, shipped) if fit else shipped
+    dense = P.compare_published(None, dense_rows, efficiency=shipped)
+    moe = P.compare_published(None, moe_rows, efficiency=eff)
+    as_dense = P.compare_published(None, moe_rows, efficiency=replace(shipped, moe_expert_compute=1.0))
+    part: dict[str, Any] = {"moe_expert_compute": eff.moe_expert_compute, "fitted_now": fit, "in_sample": _summary(moe),
+                            "as_dense": _summary(as_dense), "aiconfigurator": annotate(moe), "rows": moe}
+    held_out = None
+    if folds:
+        part["folds"] = moe_folds(moe_rows, shipped)
+        part["cross_validated"] = {by: _summary([r for f in part["folds"] if f["held_out"] == by for r in f["comparison"]])
+                                   for by in ("model", "gpu")}
+        held_out = {_key(r): r["error_pct"] for f in part["folds"] if f["held_out"] == "gpu" for r in f["comparison"]}
+    part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out, key=_key)
+    return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv",
+            "never_fitted": {"models": sorted({r["model"] for r in dense}), "summary": _summary(dense), "rows": dense},
+            "moe": part}
+
+
+def _key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in ("model", "gpu", "tp", "precision", "isl", "osl"))
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """What scripts/plan_vs_published.py prints of it."""
+    dense, moe = report["never_fitted"], report["moe"]
+    prefix = "models outside the fit:"
+    lines = [f"{prefix} {', '.join(dense['models'])} (never fitted, {dense['summary']['rows']} rows): median |error| "
+             f"{dense['summary']['median_abs_pct_error']:.1f}%, worst {dense['summary']['max_abs_pct_error']:.1f}%",
+             f"{prefix} Mixtral as if dense (MoE constant 1.0): median |error| {moe['as_dense']['median_abs_pct_error']:.1f}%, "
+             f"worst {moe['as_dense']['max_abs_pct_error']:.1f}%; MoE constant {moe['moe_expert_compute']} in sample: "
+             f"{moe['in_sample']['median_abs_pct_error']:.1f}%, {moe['in_sample']['max_abs_pct_error']:.1f}% (not the figure to quote)"]
+    for fold in moe.get("folds", []):
+        lines.append(f"{prefix} Mixtral, held out {fold['held_out']} {fold['value']:14s} ({fold['rows']:3d} rows): median "
+                     f"|error| {fold['median_abs_pct_error']:5.1f}%, worst {fold['max_abs_pct_error']:5.1f}%; MoE constant "
+                     f"{fold['moe_expert_compute']}")
+    for by, pooled in moe.get("cross_validated", {}).items():
+        lines.append(f"{prefix} Mixtral cross-validated, holding out each {by}: median |error| "
+                     f"{pooled['median_abs_pct_error']:.1f}%, worst {pooled['max_abs_pct_error']:.1f}% over {pooled['rows']} rows")
+    for entry in moe["aiconfigurator"]["per_gpu"]:
+        ours = (f"GPU held out {entry['ours_gpu_held_out_median_abs_pct_error']:5.1f}% / {entry['ours_gpu_held_out_max_abs_pct_error']:5.1f}%, "
+                if "ours_gpu_held_out_median_abs_pct_error" in entry else "")
+        lines.append(f"{prefix} Mixtral {entry['gpu']:10s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
+                     f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; ours "
+                     f"{ours}in sample {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
+    return lines
+
+
+def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """plan_vs_published.plot's panel of these rows: Mistral never fitted, each Mixtral with its model held out."""
+    dense = report["never_fitted"]
+    panel = [{"value": f"{', '.join(dense['models'])} (never fitted)", **dense["summary"], "comparison": dense["rows"]}]
+    panel += [f for f in report["moe"].get("folds", []) if f["held_out"] == "model"]
+    return {"tensorrt, models outside the fit": panel}
