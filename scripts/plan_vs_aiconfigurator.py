@@ -117,7 +117,8 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
         gemm, kv = QUANT[row["precision"]]
-        moe = {"moe_tp": row["tp"]} if (config.get("num_local_experts") or 1) > 1 else {}  # experts split by TP, no EP
+        experts = config.get("num_local_experts") or config.get("num_experts") or 1
+        moe = {"moe_tp": row["tp"]} if experts > 1 else {}  # experts split by TP, no EP (trtllm-bench's default)
         out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out

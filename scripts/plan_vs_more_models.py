@@ -1,11 +1,12 @@
-"""The engines' constants on models the dense fit never sees (pipeline/data/trtllm_published_throughput_more_models.tsv,
-TensorRT-LLM 0.17's rows of Mistral 7B, Mixtral 8x7B and Mixtral 8x22B). scripts/plan_vs_published.py calls it for the
-engine backend; it is a module of its own because its procedure differs from the main table's:
+"""Each backend's constants on models its fit never sees (pipeline/data/trtllm_published_throughput_more_models.tsv:
+TensorRT-LLM 0.17's engine rows of Mistral 7B, Mixtral 8x7B and Mixtral 8x22B; 1.0's PyTorch-backend rows of Qwen3-30B-A3B
+and Llama 4 Scout on B200 at TP 1). scripts/plan_vs_published.py calls it; it is a module of its own because its procedure
+differs from the main table's:
 
-- Mistral 7B fits nothing: its rows are predicted with the shipped constants, a test on a model no fit has seen.
-- Mixtral rows fit one constant and nothing else: the share of the dense GEMM rate an MoE's routed experts' math reaches
-  (rates.Efficiency.moe_expert_compute; the dense constants stay as the main table fitted them). The figure to quote holds
-  one Mixtral out (fit on the other) and then one GPU out, as the main table's folds do.
+- Mistral 7B and the PyTorch rows fit nothing: each is predicted with its backend's shipped constants.
+- Mixtral rows fit one engine constant and nothing else: the share of the dense GEMM rate an MoE's routed experts' math
+  reaches (rates.Efficiency.moe_expert_compute; the dense constants stay as the main table fitted them). The figure to
+  quote holds one Mixtral out (fit on the other) and then one GPU out, as the main table's folds do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from pipeline import planner as P
 from plan_vs_aiconfigurator import annotate, side_by_side
 
-DENSE_PREFIX, MOE_PREFIX = "mistral", "mixtral"
+MOE_PREFIX = "mixtral"  # the rows that fit the engines' MoE constant; every other row is never fitted
 MOE_BOUNDS = (0.3, 1.0)  # a share of the dense rate: grouped expert GEMMs are not faster than dense ones, and not 3x slower
 
 
@@ -53,12 +54,12 @@ def moe_folds(rows: list[dict[str, str]], base: P.Efficiency) -> list[dict[str, 
 
 
 def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, Any]:
-    """Mistral with the shipped engine constants; Mixtral as if dense, then in sample (the shipped MoE constant, or
-    refitted with `fit`) and, with `folds`, held out; AIConfigurator's recorded estimates beside Mixtral's rows."""
+    """The never-fitted models with their backend's shipped constants; Mixtral as if dense, then in sample (the shipped
+    MoE constant, or refitted with `fit`) and, with `folds`, held out; AIConfigurator's recorded estimates beside Mixtral."""
     shipped = P.efficiency_for("tensorrt")
-    dense_rows, moe_rows = P.more_model_rows(DENSE_PREFIX), P.more_model_rows(MOE_PREFIX)
+    moe_rows = P.more_model_rows(MOE_PREFIX)
+    never = P.compare_published(None, [r for r in P.more_model_rows() if not r["model"].startswith(MOE_PREFIX)])
     eff = fit_moe(moe_rows, shipped) if fit else shipped
-    dense = P.compare_published(None, dense_rows, efficiency=shipped)
     moe = P.compare_published(None, moe_rows, efficiency=eff)
     as_dense = P.compare_published(None, moe_rows, efficiency=replace(shipped, moe_expert_compute=1.0))
     part: dict[str, Any] = {"moe_expert_compute": eff.moe_expert_compute, "fitted_now": fit, "in_sample": _summary(moe),
@@ -70,8 +71,11 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
                                    for by in ("model", "gpu")}
         held_out = {_key(r): r["error_pct"] for f in part["folds"] if f["held_out"] == "gpu" for r in f["comparison"]}
     part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out, key=_key)
+    models = sorted({(r["backend"], r["model"]) for r in never})
     return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv",
-            "never_fitted": {"models": sorted({r["model"] for r in dense}), "summary": _summary(dense), "rows": dense},
+            "never_fitted": [{"backend": backend, "model": model, "summary": _summary(rows), "rows": rows}
+                             for backend, model in models
+                             for rows in [[r for r in never if (r["backend"], r["model"]) == (backend, model)]]],
             "moe": part}
 
 
@@ -81,13 +85,13 @@ def _key(row: dict[str, Any]) -> tuple[str, ...]:
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """What scripts/plan_vs_published.py prints of it."""
-    dense, moe = report["never_fitted"], report["moe"]
-    prefix = "models outside the fit:"
-    lines = [f"{prefix} {', '.join(dense['models'])} (never fitted, {dense['summary']['rows']} rows): median |error| "
-             f"{dense['summary']['median_abs_pct_error']:.1f}%, worst {dense['summary']['max_abs_pct_error']:.1f}%",
-             f"{prefix} Mixtral as if dense (MoE constant 1.0): median |error| {moe['as_dense']['median_abs_pct_error']:.1f}%, "
-             f"worst {moe['as_dense']['max_abs_pct_error']:.1f}%; MoE constant {moe['moe_expert_compute']} in sample: "
-             f"{moe['in_sample']['median_abs_pct_error']:.1f}%, {moe['in_sample']['max_abs_pct_error']:.1f}% (not the figure to quote)"]
+    moe, prefix = report["moe"], "models outside the fit:"
+    lines = [f"{prefix} {m['backend']} {m['model']} (never fitted, {m['summary']['rows']} rows): median |error| "
+             f"{m['summary']['median_abs_pct_error']:.1f}%, worst {m['summary']['max_abs_pct_error']:.1f}%, mean signed "
+             f"{sum(r['error_pct'] for r in m['rows']) / len(m['rows']):+.1f}%" for m in report["never_fitted"]]
+    lines.append(f"{prefix} Mixtral as if dense (MoE constant 1.0): median |error| {moe['as_dense']['median_abs_pct_error']:.1f}%, "
+                 f"worst {moe['as_dense']['max_abs_pct_error']:.1f}%; MoE constant {moe['moe_expert_compute']} in sample: "
+                 f"{moe['in_sample']['median_abs_pct_error']:.1f}%, {moe['in_sample']['max_abs_pct_error']:.1f}% (not the figure to quote)")
     for fold in moe.get("folds", []):
         lines.append(f"{prefix} Mixtral, held out {fold['held_out']} {fold['value']:14s} ({fold['rows']:3d} rows): median "
                      f"|error| {fold['median_abs_pct_error']:5.1f}%, worst {fold['max_abs_pct_error']:5.1f}%; MoE constant "
@@ -105,8 +109,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
 
 
 def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """plan_vs_published.plot's panel of these rows: Mistral never fitted, each Mixtral with its model held out."""
-    dense = report["never_fitted"]
-    panel = [{"value": f"{', '.join(dense['models'])} (never fitted)", **dense["summary"], "comparison": dense["rows"]}]
+    """plan_vs_published.plot's panel of these rows: each never-fitted model, each Mixtral with its model held out."""
+    panel = [{"value": f"{m['model']} ({m['backend']}, never fitted)", **m["summary"], "comparison": m["rows"]}
+             for m in report["never_fitted"]]
     panel += [f for f in report["moe"].get("folds", []) if f["held_out"] == "model"]
-    return {"tensorrt, models outside the fit": panel}
+    return {"models outside the fit": panel}

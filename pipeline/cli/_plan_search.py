@@ -78,7 +78,8 @@ def search_command(model: Path, slo: str, isl: int, osl: int, opts: dict) -> Non
     files = write_plan_report(result, Path(folder))
     best = require_feasible(result)
     OUT.result({**result.model_dump(mode="json"), "files": {k: str(v) for k, v in files.items()}},
-               table=_table(result), text=f"Best: {best.label()}\nReports: {files['json']} and {files['plot']}")
+               table=_table(result), text=f"Best: {best.label()}\nReports: {files['json']} and {files['plot']}"
+               + "".join(f"\nCaveat: {caveat}" for caveat in result.caveats))
 
 
 def _row(c) -> list[str]:

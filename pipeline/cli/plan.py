@@ -138,4 +138,5 @@ def _table(result: PlanResult):
                      f"{spec.tokens_per_step} tokens/step; speedup " + ", ".join(f"c={p.concurrency} {p.speedup:.2f}x" for p in spec.points)
                      + (f"; break-even concurrency {spec.break_even_concurrency}" if spec.break_even_concurrency else "; pays at every batch")])
         rows.append(["speculation: enable?", f"{'yes' if spec.enable else 'no'}: {spec.why}"])
+    rows += [["caveat", caveat] for caveat in result.caveats]
     return simple_table("Capacity and latency plan (predictions from datasheet figures x fitted global efficiencies)", ["", "value"], rows)

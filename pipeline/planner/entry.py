@@ -12,6 +12,7 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
+from pipeline.planner.published import accuracy_caveats
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal
@@ -70,6 +71,7 @@ class PlanResult(BaseModel):
     max_throughput: ThroughputEstimate | None
     constants: dict[str, float | str | None]
     speculation: SpeculationPlan | None = None
+    caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models)
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -116,5 +118,6 @@ def plan(spec: PlanSpec) -> PlanResult:
         prediction=prediction, max_throughput=throughput, speculation=speculation,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
+        caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(model, spec.backend, eff),
     )
 

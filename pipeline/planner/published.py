@@ -142,6 +142,26 @@ def compare_published(
     return out
 
 
+# What the published rows outside the fit say of MoE predictions (scripts/plan_vs_more_models.py; the figures are asserted
+# against that report in tests/unit/planner/test_published.py).
+_MOE_CAVEATS = {
+    "tensorrt": "mixture of experts: the routed experts' math is planned at {share} of the dense GEMM rate, fitted on "
+                "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 5.5% median, 21% worst |error|); MoE "
+                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested",
+    "pytorch": "mixture of experts on the PyTorch backend: on NVIDIA's published B200 rows at TP 1 these predictions ran "
+               "fast, Qwen3-30B-A3B by +77% and Llama 4 Scout by +57% (median), never fitted; treat the throughput as an "
+               "upper bound and calibrate from your own bench (pipeline plan --calibrate)",
+}
+
+
+def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency) -> list[str]:
+    """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
+    beyond the cross-validated figures)."""
+    if not model.moe_layer_count or backend not in _MOE_CAVEATS:
+        return []
+    return [_MOE_CAVEATS[backend].format(share=efficiency.moe_expert_compute)]
+
+
 def median_abs_pct_error(comparison: list[dict[str, Any]]) -> float:
     errors = sorted(abs(row["error_pct"]) for row in comparison)
     if not errors:

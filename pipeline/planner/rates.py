@@ -92,8 +92,10 @@ EFFICIENCY = Efficiency(bandwidth=0.711, compute_16bit=0.799, compute_8bit=0.977
 # 0.39 against 0.55 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow); the
 # silicon FP4/FP8 ratio (0.77, fp4_share_of_fp8) is where the fit starts FP4 from, and what a fold without FP4 rows uses.
 # With the runs' waves counted the cost per decoding sequence fell from 125 to 21 ns: it had stood in for the last waves.
-# No PyTorch-backend MoE row is one the planner models (the 1.0+ pages run MoE models with expert or attention data
-# parallelism), so its routed experts stay at the dense rate (moe_expert_compute 1.0): untested, and on the optimistic side.
+# Its routed experts stay at the dense rate (moe_expert_compute 1.0), and that is known to be fast: the 1.0 page's MoE rows
+# at TP 1 (Qwen3-30B-A3B and Llama 4 Scout on B200, never fitted) come out +77% and +57% in the median, and no one share
+# serves both (fitted on one, the other stays 12-38% off), so `pipeline plan` says so beside an MoE prediction
+# (published.accuracy_caveats).
 PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.545, step_overhead_per_layer_s=141.9e-6,
                                 per_sequence_layer_s=20.8e-9, compute_4bit=0.391)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
