@@ -33,7 +33,6 @@ __all__ = [
     "MemoryPlan", "ModelSpec", "PlanResult", "PlanSpec", "Prediction", "Scenario", "StepLoad", "StepTime",
     "ThroughputEstimate", "activation_bytes", "alternatives", "bits_per_weight", "check_tp", "compare_published",
     "compute_rate", "hbm_bandwidth", "kv_bytes_per_token", "kv_heads_per_gpu", "max_throughput", "median_abs_pct_error",
-    "more_model_rows",
-    "memory_plan", "model_spec_from_config", "model_spec_from_dict", "plan", "predict", "prefill_time",
+    "memory_plan", "model_spec_from_config", "model_spec_from_dict", "more_model_rows", "plan", "predict", "prefill_time",
     "published_scenario", "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
 ]

@@ -31,9 +31,9 @@ def published_rows(backend: str | None = None) -> list[dict[str, str]]:
 
 
 def more_model_rows(model_prefix: str | None = None) -> list[dict[str, str]]:
-    """Rows of pipeline/data/trtllm_published_throughput_more_models.tsv: 0.17 engine rows of the models the dense fit
-    never sees (Mistral 7B; Mixtral 8x7B and 8x22B, which fit the MoE experts' constant alone), those whose model name
-    starts with `model_prefix` or all."""
+    """Rows of pipeline/data/trtllm_published_throughput_more_models.tsv, the models no fit of the main table sees (0.17
+    engines: Mistral 7B, and Mixtral 8x7B and 8x22B, which fit the engines' MoE constant alone; 1.0's PyTorch backend:
+    Qwen3-30B-A3B and Llama 4 Scout), those whose model name starts with `model_prefix` or all."""
     rows = packaged_fact_rows("trtllm_published_throughput_more_models.tsv")
     return [row for row in rows if model_prefix is None or row["model"].startswith(model_prefix)]
 
