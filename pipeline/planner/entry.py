@@ -13,6 +13,7 @@ from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
 from pipeline.planner.published import accuracy_caveats
+from pipeline.planner.rates import measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal
@@ -118,6 +119,7 @@ def plan(spec: PlanSpec) -> PlanResult:
         prediction=prediction, max_throughput=throughput, speculation=speculation,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
-        caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(model, spec.backend, eff),
+        caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
+            model, spec.backend, eff, moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1) is not None),
     )
 

@@ -55,16 +55,17 @@ def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) ->
     return int(replicated + (total - replicated) / tp)
 
 
-def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: int, tokens: float) -> float:
+def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: int, tokens: float, *,
+                               routed_experts: bool = True) -> float:
     """Bytes of weights one iteration of `tokens` tokens reads per GPU. A dense model reads them all. An MoE reads its
     routed experts only as far as the tokens reach them: each token picks k of E experts, so with routing spread evenly a
     layer's expected share of experts touched is 1 - (1 - k/E)^tokens (k/E for one decoding sequence, all of them at
-    large batches)."""
+    large batches). routed_experts False: without the routed experts (timed apart, as measured on silicon)."""
     total = weight_bytes_per_gpu(model, quant, tp)
     if not model.moe_layer_count:
         return float(total)
     routed = model.routed_expert_params * bits_per_weight(quant) / 8 / tp
-    touched = 1 - (1 - model.experts_per_token / model.num_experts) ** max(tokens, 1.0)
+    touched = 1 - (1 - model.experts_per_token / model.num_experts) ** max(tokens, 1.0) if routed_experts else 0.0
     return total - routed * (1 - touched)
 
 

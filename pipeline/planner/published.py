@@ -144,22 +144,32 @@ def compare_published(
 
 # What the published rows outside the fit say of MoE predictions (scripts/plan_vs_more_models.py; the figures are asserted
 # against that report in tests/unit/planner/test_published.py).
-_MOE_CAVEATS = {
-    "tensorrt": "mixture of experts: the routed experts' math is planned at {share} of the dense GEMM rate, fitted on "
-                "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 5.5% median, 21% worst |error|); MoE "
-                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested",
-    "pytorch": "mixture of experts on the PyTorch backend: on NVIDIA's published B200 rows at TP 1 these predictions ran "
-               "fast, Qwen3-30B-A3B by +77% and Llama 4 Scout by +57% (median), never fitted; treat the throughput as an "
-               "upper bound and calibrate from your own bench (pipeline plan --calibrate)",
-}
+_ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {share} of the dense GEMM rate, fitted on "
+               "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 5.5% median, 21% worst |error|); MoE "
+               "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
+_PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
+                         "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
+                         "out 12.6% and 12.5% off in the median, 47% and 33% at worst")
+_PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
+                           "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
+                           "+77% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "bench (pipeline plan --calibrate)")
 
 
-def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency) -> list[str]:
+def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
-    beyond the cross-validated figures)."""
-    if not model.moe_layer_count or backend not in _MOE_CAVEATS:
+    beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
+    and TP (None: it depends on the candidate, as in a search)."""
+    if not model.moe_layer_count:
         return []
-    return [_MOE_CAVEATS[backend].format(share=efficiency.moe_expert_compute)]
+    if backend == "tensorrt":
+        return [_ENGINE_MOE.format(share=efficiency.moe_expert_compute)]
+    if not efficiency.moe_measured or moe_measured is False:
+        return [_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP" if efficiency.moe_measured else "")]
+    if moe_measured:
+        return [_PYTORCH_MOE_MEASURED]
+    return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
+            "which put those rows +77% and +57% fast)"]
 
 
 def median_abs_pct_error(comparison: list[dict[str, Any]]) -> float:

@@ -21,6 +21,7 @@ from pipeline.core.errors import UnsupportedError
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.core.quant import QuantFormat, quant_format
 from pipeline.data import packaged_fact_rows
+from pipeline.planner.shapes import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Efficiency:
     kv_bandwidth_measured: bool = False  # KV reads at the fraction measured on silicon (kv_read_fraction) where there is one
     gemm_rate_measured: bool = False  # the compute fractions are shares of the GEMM rate measured on silicon (measured_gemm_rate), not of the datasheet peak
     moe_expert_compute: float = 1.0  # share of the dense GEMM rate an MoE's routed experts' math reaches (grouped GEMMs, routing)
+    moe_measured: bool = False  # routed experts take the MoE layer time measured on silicon (measured_moe_s) where there is one
 
     def compute_for(self, activation_bits: int) -> float:
         """The compute fraction of GEMMs whose activations have this many bits. FP4 without a fraction of its own: the
@@ -61,6 +63,7 @@ class Efficiency:
             "kv_bandwidth_efficiency": "measured" if self.kv_bandwidth_measured else self.bandwidth,
             "gemm_roofline_exponent": self.gemm_roofline_exponent,
             "moe_expert_compute": self.moe_expert_compute,
+            "moe_layer_time": "measured" if self.moe_measured else "fitted share",
         }
 
 
@@ -92,12 +95,13 @@ EFFICIENCY = Efficiency(bandwidth=0.711, compute_16bit=0.799, compute_8bit=0.977
 # 0.39 against 0.55 (sharing one constant, the FP4 rows pulled the FP8 one down and H100/H200 came out 5-17% slow); the
 # silicon FP4/FP8 ratio (0.77, fp4_share_of_fp8) is where the fit starts FP4 from, and what a fold without FP4 rows uses.
 # With the runs' waves counted the cost per decoding sequence fell from 125 to 21 ns: it had stood in for the last waves.
-# Its routed experts stay at the dense rate (moe_expert_compute 1.0), and that is known to be fast: the 1.0 page's MoE rows
-# at TP 1 (Qwen3-30B-A3B and Llama 4 Scout on B200, never fitted) come out +77% and +57% in the median, and no one share
-# serves both (fitted on one, the other stays 12-38% off), so `pipeline plan` says so beside an MoE prediction
-# (published.accuracy_caveats).
+# Its routed experts take the MoE layer time NVIDIA measured on silicon for the shape (measured_moe_s: the PyTorch flow's
+# CUTLASS MoE, which this backend runs), nothing fitted: the 1.0 page's MoE rows at TP 1 (Qwen3-30B-A3B and Llama 4 Scout
+# on B200, never fitted) come out 12.6% and 12.5% in the median (47% and 33% worst). At the dense rate (moe_expert_compute
+# 1.0, still the fallback for a shape the table lacks) they were +77% and +57%, and no one fitted share served both
+# (fitted on one, the other stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
 PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.545, step_overhead_per_layer_s=141.9e-6,
-                                per_sequence_layer_s=20.8e-9, compute_4bit=0.391)
+                                per_sequence_layer_s=20.8e-9, compute_4bit=0.391, moe_measured=True)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
@@ -159,14 +163,45 @@ def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None
     found = _allreduce_table().get((gpu.key, tp)) if gpu.nvlink else None
     if not found or elements <= 0:
         return None
-    sizes, seconds = found
-    if elements <= sizes[0]:
+    return _measured_at(*found, elements)
+
+
+def _measured_at(sizes: list[float], seconds: list[float], size: float) -> float:
+    """A latency measured at ascending `sizes`, at `size`: log-log between two measured points, the smallest one's below
+    them, proportional beyond the largest (bandwidth- or compute-bound there)."""
+    if size <= sizes[0]:
         return seconds[0]
-    if elements >= sizes[-1]:
-        return seconds[-1] * elements / sizes[-1]  # bandwidth-bound beyond the largest measured message
-    i = bisect.bisect_left(sizes, elements)
-    t = (math.log(elements) - math.log(sizes[i - 1])) / (math.log(sizes[i]) - math.log(sizes[i - 1]))
+    if size >= sizes[-1]:
+        return seconds[-1] * size / sizes[-1]
+    i = bisect.bisect_left(sizes, size)
+    t = (math.log(size) - math.log(sizes[i - 1])) / (math.log(sizes[i]) - math.log(sizes[i - 1]))
     return math.exp(math.log(seconds[i - 1]) + t * (math.log(seconds[i]) - math.log(seconds[i - 1])))
+
+
+# The planner's precisions -> the dtypes of the MoE table (data/trtllm_moe_latency.tsv); others have no silicon figure.
+_MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
+
+
+@lru_cache(maxsize=1)
+def _moe_table() -> dict[tuple[str, str, int, int, int, int, int], tuple[list[float], list[float]]]:
+    """(gpu key, dtype, hidden, expert width, top-k, experts, expert TP) -> (token counts, seconds), ascending."""
+    table = {}
+    for row in packaged_fact_rows("trtllm_moe_latency.tsv"):
+        key = (row["gpu"], row["dtype"], *(int(row[k]) for k in ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp")))
+        table[key] = ([float(t) for t in row["tokens"].split(",")], [float(us) * 1e-6 for us in row["latency_us"].split(",")])
+    return table
+
+
+def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, tokens: float) -> float | None:
+    """Seconds of one MoE layer's routed experts (routing, permutation, grouped GEMMs, finalize) over `tokens` tokens, as
+    measured on silicon for this GPU, dtype, expert shape and expert TP (data/trtllm_moe_latency.tsv: TensorRT-LLM's
+    PyTorch-flow CUTLASS MoE); None where the table has no such shape."""
+    dtype = _MOE_DTYPES.get(quant.name)
+    key = (gpu.key, dtype or "", model.hidden_size, model.expert_width, model.experts_per_token, model.num_experts, tp)
+    found = _moe_table().get(key) if model.moe_layer_count else None
+    if not found or tokens <= 0:
+        return None
+    return _measured_at(*found, tokens)
 
 
 @lru_cache(maxsize=1)

@@ -21,7 +21,7 @@ from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step,
 )
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate)
+                                    kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate, measured_moe_s)
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 
@@ -92,12 +92,17 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     else:
         rate = compute_rate(gpu, quant) * eff.compute_for(quant.activation_bits)
         attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
-    # GEMMs: weights read once per step; 2 FLOPs per active weight per token (an MoE's routed experts at their own share).
+    # GEMMs: weights read once per step; 2 FLOPs per active weight per token. An MoE's routed experts take the MoE layer
+    # time measured on silicon where the backend's constants say so and the table has the shape, else their own share.
+    moe_layer_s = measured_moe_s(gpu, quant, model, tp, tokens) if eff.moe_measured and tokens else None
     experts = model.routed_active_params_per_token
-    layer_flops = 2 * (model.active_params_per_token - experts + experts / eff.moe_expert_compute) * tokens / tp
+    expert_params = 0.0 if moe_layer_s is not None else experts / eff.moe_expert_compute
+    layer_flops = 2 * (model.active_params_per_token - experts + expert_params) * tokens / tp
     gemm_compute_s = layer_flops / rate + model.head_flops_per_token * logits / tp / attn_rate
-    read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens)  # an MoE's untouched experts are not read
+    # an MoE's untouched experts are not read (nor, where they are timed apart, any of them)
+    read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens, routed_experts=moe_layer_s is None)
     gemm_s = gemm_roofline_s(read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
+    gemm_s += (moe_layer_s or 0.0) * model.moe_layer_count
     # Decode attention: every sequence reads its whole KV cache.
     kv_read = decode * load.decode_context * kv_bytes_per_token(model, kv, tp)
     decode_attention_s = kv_read / (hbm_bandwidth(gpu) * kv_fraction(scenario, eff)) if kv_read else 0.0

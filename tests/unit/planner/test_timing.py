@@ -127,3 +127,32 @@ def test_the_roofline_knee_describes_nvidias_silicon_gemms_better_than_the_large
         assert two_norm < larger, key
         assert all(0.85 < r[1] < 1.4 for r in ratios), key
     assert max(r[0] for ratios in misses.values() for r in ratios) > 1.75
+
+
+def test_moe_layer_time_is_read_off_silicon_where_the_shape_was_timed() -> None:
+    """measured_moe_s reads data/trtllm_moe_latency.tsv: a measured token count exactly, log-log between two, proportional
+    beyond the largest; None for a shape, dtype or GPU it lacks and for a dense model. A backend that times its experts
+    so (moe_measured) adds that time per MoE layer and reads no expert weights in its roofline."""
+    from dataclasses import replace
+
+    from pipeline.planner.rates import efficiency_for, measured_moe_s
+    from pipeline.planner.published import published_model
+    from pipeline.core.gpus import get_gpu
+    from pipeline.core.quant import quant_format
+
+    qwen = published_model("qwen3-30b-a3b")
+    b200, fp4 = get_gpu("b200"), quant_format("nvfp4")
+    assert measured_moe_s(b200, fp4, qwen, 1, 2048) == pytest.approx(357.45e-6)  # the table's row for this shape
+    between = measured_moe_s(b200, fp4, qwen, 1, 2560)
+    assert measured_moe_s(b200, fp4, qwen, 1, 2048) < between < measured_moe_s(b200, fp4, qwen, 1, 3072)
+    assert measured_moe_s(b200, fp4, qwen, 1, 32768) == pytest.approx(2 * measured_moe_s(b200, fp4, qwen, 1, 16384))
+    assert measured_moe_s(b200, quant_format("int4_awq"), qwen, 1, 2048) is None
+    assert measured_moe_s(get_gpu("h100"), fp4, qwen, 1, 2048) is None
+    assert measured_moe_s(b200, fp4, published_model("llama-3.1-8b"), 1, 2048) is None
+    scenario = P.Scenario(qwen, "b200", "nvfp4", "fp8", 1, 1024, 1024)
+    load = P.StepLoad(decode=1024, decode_context=1536, prefill_tokens=1024, prefill_context=512)
+    pytorch = efficiency_for("pytorch")
+    timed = P.step_time(scenario, load, pytorch).gemm_s
+    shared = P.step_time(scenario, load, replace(pytorch, moe_measured=False)).gemm_s
+    assert timed > shared  # silicon's grouped GEMMs over 128 narrow experts are slower than the dense rate says
+    assert timed > 48 * measured_moe_s(b200, fp4, qwen, 1, 2048)
