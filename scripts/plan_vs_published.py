@@ -14,9 +14,9 @@ AIConfigurator's estimate for the same rows is put beside ours from its recorded
 aiconfigurator_predictions.tsv; scripts/plan_vs_aiconfigurator.py), per GPU: its median and worst |error| beside ours, in
 sample and with that GPU held out. --rerun-aiconfigurator asks AIConfigurator again (installed; ~40 minutes) and rewrites
 that table first.
-With the engine backend it also predicts the models outside the fit (pipeline/data/trtllm_published_throughput_more_models.tsv:
-Mistral 7B never fitted; Mixtral fitting the MoE experts' constant alone, held out by model and by GPU with --cv):
-scripts/plan_vs_more_models.py.
+It also predicts the models outside the fit (pipeline/data/trtllm_published_throughput_more_models.tsv: Mistral 7B and the
+PyTorch backend's Qwen3-30B-A3B and Llama 4 Scout never fitted; Mixtral fitting the engines' MoE share alone, held out by
+model and by GPU with --cv): scripts/plan_vs_more_models.py.
 """
 
 from __future__ import annotations
@@ -309,10 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     report: dict[str, Any] = {"table": "pipeline/data/trtllm_published_throughput.tsv", "prior": PRIOR.as_dict(),
                               "backends": {backend: run_backend(backend, args) for backend in backends}}
-    if "tensorrt" in backends:  # the engines' constants on the models outside the fit (scripts/plan_vs_more_models.py)
-        report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
-        for line in report_lines(report["more_models"]):
-            OUT.stdout.print(line, highlight=False)
+    # both backends' constants on the models outside the fit, whichever backend was asked (scripts/plan_vs_more_models.py)
+    report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
+    for line in report_lines(report["more_models"]):
+        OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "plan_vs_published.json", report)
@@ -321,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
               for b, part in report["backends"].items() for by in FOLD_KINDS}
     panels = {name: folds for name, folds in panels.items() if folds} or {
         f"{b} (in sample)": [{"value": "all", **part["in_sample"], "comparison": part["rows"]}] for b, part in report["backends"].items()}
-    if "more_models" in report:
-        panels.update(plot_panels(report["more_models"]))
+    panels.update(plot_panels(report["more_models"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
     OUT.info(f"wrote {out / 'plan_vs_published.json'}, plan_vs_published_folds.csv, plan_vs_published.png and "
