@@ -12,33 +12,23 @@ differs from the main table's:
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
 from pipeline import planner as P
-from plan_vs_aiconfigurator import annotate, side_by_side
+from plan_vs_aiconfigurator import _key, annotate, side_by_side
 
 MOE_PREFIX = "mixtral"  # the rows that fit the engines' MoE constant; every other row is never fitted
 MOE_BOUNDS = (0.3, 1.0)  # a share of the dense rate; set before the fit, and no fold reaches either end (0.63-0.69)
-
-
-def _loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
-    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in P.compare_published(None, rows, efficiency=eff))
 
 
 def fit_moe(rows: list[dict[str, str]], base: P.Efficiency) -> P.Efficiency:
     """`base` with moe_expert_compute fitted on `rows` (bounded scalar minimisation of the squared log ratios)."""
     from scipy.optimize import minimize_scalar
 
-    best = minimize_scalar(lambda share: _loss(rows, replace(base, moe_expert_compute=share)), bounds=MOE_BOUNDS,
+    best = minimize_scalar(lambda share: P.log_loss(rows, replace(base, moe_expert_compute=share)), bounds=MOE_BOUNDS,
                            method="bounded", options={"xatol": 1e-4})
     return replace(base, moe_expert_compute=round(float(best.x), 3))
-
-
-def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"rows": len(comparison), "median_abs_pct_error": P.median_abs_pct_error(comparison),
-            "max_abs_pct_error": max(abs(r["error_pct"]) for r in comparison)}
 
 
 def moe_folds(rows: list[dict[str, str]], base: P.Efficiency) -> list[dict[str, Any]]:
@@ -50,7 +40,7 @@ def moe_folds(rows: list[dict[str, str]], base: P.Efficiency) -> list[dict[str, 
             eff = fit_moe(train, base)
             comparison = P.compare_published(None, [r for r in rows if r[by] == held_out], efficiency=eff)
             folds.append({"held_out": by, "value": held_out, "train_rows": len(train),
-                          "moe_expert_compute": eff.moe_expert_compute, **_summary(comparison), "comparison": comparison})
+                          "moe_expert_compute": eff.moe_expert_compute, **P.error_summary(comparison), "comparison": comparison})
     return folds
 
 
@@ -63,18 +53,18 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
     eff = fit_moe(moe_rows, shipped) if fit else shipped
     moe = P.compare_published(None, moe_rows, efficiency=eff)
     as_dense = P.compare_published(None, moe_rows, efficiency=replace(shipped, moe_expert_compute=1.0))
-    part: dict[str, Any] = {"moe_expert_compute": eff.moe_expert_compute, "fitted_now": fit, "in_sample": _summary(moe),
-                            "as_dense": _summary(as_dense), "aiconfigurator": annotate(moe), "rows": moe}
+    part: dict[str, Any] = {"moe_expert_compute": eff.moe_expert_compute, "fitted_now": fit, "in_sample": P.error_summary(moe),
+                            "as_dense": P.error_summary(as_dense), "aiconfigurator": annotate(moe), "rows": moe}
     held_out = None
     if folds:
         part["folds"] = moe_folds(moe_rows, shipped)
-        part["cross_validated"] = {by: _summary([r for f in part["folds"] if f["held_out"] == by for r in f["comparison"]])
+        part["cross_validated"] = {by: P.error_summary([r for f in part["folds"] if f["held_out"] == by for r in f["comparison"]])
                                    for by in ("model", "gpu")}
         held_out = {_key(r): r["error_pct"] for f in part["folds"] if f["held_out"] == "gpu" for r in f["comparison"]}
-    part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out, key=_key)
+    part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out)
     models = sorted({(r["backend"], r["model"]) for r in never})
     return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv",
-            "never_fitted": [{"backend": backend, "model": model, "summary": _summary(rows), "rows": rows,
+            "never_fitted": [{"backend": backend, "model": model, "summary": P.error_summary(rows), "rows": rows,
                               **_as_dense(backend, model)}
                              for backend, model in models
                              for rows in [[r for r in never if (r["backend"], r["model"]) == (backend, model)]]],
@@ -87,11 +77,7 @@ def _as_dense(backend: str, model: str) -> dict[str, Any]:
     if not eff.moe_measured or not P.published_model(model).moe_layer_count:
         return {}
     dense = replace(eff, moe_measured=False, moe_expert_compute=1.0)
-    return {"as_dense": _summary(P.compare_published(None, P.more_model_rows(model), efficiency=dense))}
-
-
-def _key(row: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(row[k]) for k in ("model", "gpu", "tp", "precision", "isl", "osl"))
+    return {"as_dense": P.error_summary(P.compare_published(None, P.more_model_rows(model), efficiency=dense))}
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:

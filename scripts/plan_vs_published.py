@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import sys
 from dataclasses import replace
@@ -55,11 +54,6 @@ GRID_STEP_US = (10.0, 100.0, 200.0)
 # tests/unit/planner/test_timing.py (decode a weight read within 1.3x) allows ~30 us per layer on 8B FP8/H100. Without
 # the bound the max-load rows trade it for bandwidth (the all-row fit ran to ~170 us per layer).
 ENGINE_OVERHEAD_CAP_US = 25.0
-
-
-def log_loss(rows: list[dict[str, str]], eff: P.Efficiency) -> float:
-    """Sum of squared log ratios: a relative error that treats over- and under-prediction alike."""
-    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in P.compare_published(None, rows, efficiency=eff))
 
 
 def informed(rows: list[dict[str, str]]) -> list[bool]:
@@ -100,7 +94,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
                 and 0.1 < x[5] <= 1):
             return 1e9
-        return log_loss(rows, replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
+        return P.log_loss(rows, replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
                                       step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5]))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
@@ -123,11 +117,6 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
                    compute_4bit=round(x[5], 3) if free[5] else start.compute_4bit)
 
 
-def _summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"rows": len(comparison), "median_abs_pct_error": P.median_abs_pct_error(comparison),
-            "max_abs_pct_error": max(abs(r["error_pct"]) for r in comparison)}
-
-
 def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | None = None) -> list[dict[str, Any]]:
     """Hold out each value of `by` ("gpu" or "model") in turn: fit from `start` on the other rows, predict the held-out ones."""
     folds = []
@@ -138,13 +127,13 @@ def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | No
         comparison = P.compare_published(None, test, efficiency=eff)
         folds.append({"held_out": by, "value": held_out, "train_rows": len(train), "constants": eff.as_dict(),
                       "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train)) if not f],
-                      **_summary(comparison), "comparison": comparison})
+                      **P.error_summary(comparison), "comparison": comparison})
     return folds
 
 
 def cross_validated_error(folds: list[dict[str, Any]]) -> dict[str, Any]:
     """Every row predicted by constants fitted without its fold, pooled."""
-    return _summary([row for fold in folds for row in fold["comparison"]])
+    return P.error_summary([row for fold in folds for row in fold["comparison"]])
 
 
 def pooled_cross_validation(backend: str, by: str) -> tuple[list[str], dict[str, Any]]:
@@ -257,7 +246,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     comparison = P.compare_published(None, rows, efficiency=eff)
     aic = annotate(comparison)
     _print_comparison(backend, comparison, eff)
-    part: dict[str, Any] = {"constants": eff.as_dict(), "fitted_now": args.fit, "in_sample": _summary(comparison),
+    part: dict[str, Any] = {"constants": eff.as_dict(), "fitted_now": args.fit, "in_sample": P.error_summary(comparison),
                             "aiconfigurator": aic, "rows": comparison}
     OUT.stdout.print(f"{backend}: in-sample median |error| {part['in_sample']['median_abs_pct_error']:.1f}%, worst "
                      f"{part['in_sample']['max_abs_pct_error']:.1f}% over {len(rows)} rows (not the figure to quote); "

@@ -4,6 +4,7 @@ scripts/plan_vs_published.py fits the constants and cross-validates them)."""
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -170,6 +171,18 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
             "which put those rows +77% and +57% fast)"]
+
+
+def error_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows, median and worst |error| % of a compare_published result."""
+    return {"rows": len(comparison), "median_abs_pct_error": median_abs_pct_error(comparison),
+            "max_abs_pct_error": max(abs(r["error_pct"]) for r in comparison)}
+
+
+def log_loss(rows: list[dict[str, str]], efficiency: Efficiency) -> float:
+    """Sum of squared log ratios of predicted to published: a relative error that treats over- and under-prediction
+    alike (what the fits of scripts/plan_vs_published.py and scripts/plan_vs_more_models.py minimise)."""
+    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in compare_published(None, rows, efficiency=efficiency))
 
 
 def median_abs_pct_error(comparison: list[dict[str, Any]]) -> float:
