@@ -47,6 +47,12 @@ def package_path(path: Path) -> str:
     return str(Path(*path.parts[path.parts.index("systems"):]))
 
 
+def origin(system: str, release: str, version: str, path: Path) -> dict[str, str]:
+    """The provenance columns every recorded row carries: AIConfigurator's system, the TensorRT-LLM release its perf
+    database measured, AIConfigurator's version and the file inside its package."""
+    return {"system": system, "trtllm_version": release, "aiconfigurator_version": version, "source": package_path(path)}
+
+
 def write_table(name: str, header: str, columns: tuple[str, ...], table: list[dict[str, str]]) -> None:
     """Write `table` to argv[1] or pipeline/data/<name>: `header`'s lines as # comments, then the tab-separated rows."""
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "pipeline" / "data" / name
@@ -69,9 +75,8 @@ def rows() -> list[dict[str, str]]:
         best = frame.groupby(["num_gpus", "message_size"], as_index=False)["latency"].min()
         for record in best.sort_values(["num_gpus", "message_size"]).itertuples():
             out.append({"gpu": gpu, "tp": str(record.num_gpus), "message_elements": str(record.message_size),
-                        "latency_us": f"{record.latency * 1000:.3f}", "dtype": "bfloat16", "system": system,
-                        "trtllm_version": release, "aiconfigurator_version": version,
-                        "source": package_path(path)})
+                        "latency_us": f"{record.latency * 1000:.3f}", "dtype": "bfloat16",
+                        **origin(system, release, version, path)})
     return out
 
 

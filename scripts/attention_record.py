@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from allreduce_record import package_path, perf_files, write_table  # noqa: E402
+from allreduce_record import origin, perf_files, write_table  # noqa: E402
 
 BATCH = (64, 1024)
 KV_LENGTH = (1000, 9000)
@@ -55,9 +55,8 @@ def rows() -> list[dict[str, str]]:
         keys = ["kv_cache_dtype", "head_dim", "num_heads", "num_key_value_heads"]
         for (dtype, head_dim, heads, kv_heads), group in frame.groupby(keys):
             out.append({"gpu": gpu, "kv_dtype": dtype, "head_dim": str(head_dim), "heads": str(heads), "kv_heads": str(kv_heads),
-                        "median_gbps": f"{group['gbps'].median():.0f}", "points": str(len(group)), "system": system,
-                        "trtllm_version": release, "provenance": provenance(path), "aiconfigurator_version": version,
-                        "source": package_path(path)})
+                        "median_gbps": f"{group['gbps'].median():.0f}", "points": str(len(group)),
+                        "provenance": provenance(path), **origin(system, release, version, path)})
     return out
 
 

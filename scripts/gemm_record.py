@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from allreduce_record import package_path, perf_files, write_table  # noqa: E402
+from allreduce_record import origin, perf_files, write_table  # noqa: E402
 
 DTYPES = ("bfloat16", "fp8", "nvfp4", "sq")
 TOKENS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -59,8 +59,7 @@ def rows() -> list[dict[str, str]]:
                 out.append({"gpu": gpu, "dtype": dtype, "tokens": str(tokens), "median_tflops": f"{picked['tflops'].median():.1f}",
                             "latency_over_max": f"{picked['over_max'].median():.3f}",
                             "latency_over_2norm": f"{picked['over_2norm'].median():.3f}",
-                            "shapes": str(len(picked)), "system": system, "trtllm_version": release,
-                            "aiconfigurator_version": version, "source": package_path(path)})
+                            "shapes": str(len(picked)), **origin(system, release, version, path)})
     return out
 
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from allreduce_record import package_path, perf_files, write_table  # noqa: E402
+from allreduce_record import origin, perf_files, write_table  # noqa: E402
 
 KERNELS = ("moe_torch_flow_cutlass", "moe_torch_flow")
 DISTRIBUTION = "power_law_1.01"
@@ -46,8 +46,7 @@ def rows() -> list[dict[str, str]]:
                         "num_experts": str(experts), "moe_tp": str(tp), "tokens": ",".join(str(t) for t in by_tokens.index),
                         "latency_us": ",".join(f"{ms * 1000:.2f}" for ms in by_tokens.values),
                         "kernel_source": "+".join(sorted(measured["kernel_source"].unique())), "distribution": DISTRIBUTION,
-                        "system": system, "trtllm_version": release, "aiconfigurator_version": version,
-                        "source": package_path(path)})
+                        **origin(system, release, version, path)})
     return out
 
 
