@@ -19,6 +19,10 @@ from pathlib import Path
 
 # our gpus.json key -> AIConfigurator's system folder
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "l40s": "l40s", "b200": "b200_sxm"}
+# GPUs whose published rows no fit sees (pipeline/data/gpus_added.tsv). Only the tables the planner reads for that GPU
+# alone take them (this one, moe_record's): the GEMM-rate and decode-attention tables also give the medians that GPUs
+# without figures of their own fall back to, so adding GPUs there would move every figure quoted for those.
+ADDED_SYSTEMS = {"gb200": "gb200", "rtx-pro-6000": "rtx_pro_6000_server"}
 COLUMNS = ("gpu", "tp", "message_elements", "latency_us", "dtype", "system", "trtllm_version", "aiconfigurator_version",
            "source")
 
@@ -28,14 +32,14 @@ def _version_key(text: str) -> tuple:
     return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
 
 
-def perf_files(kind: str, name: str) -> tuple[str, list[tuple[str, str, Path, str]]]:
-    """AIConfigurator's version and, per GPU of SYSTEMS, (gpu key, system, path, release) of the `name` parquet under
+def perf_files(kind: str, name: str, systems: dict[str, str] = SYSTEMS) -> tuple[str, list[tuple[str, str, Path, str]]]:
+    """AIConfigurator's version and, per GPU of `systems`, (gpu key, system, path, release) of the `name` parquet under
     systems/data/<system>/<kind>/trtllm/<release>/ for the oldest release the database holds (nearest the published rows)."""
     import aiconfigurator_core
 
     data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     found = []
-    for gpu, system in SYSTEMS.items():
+    for gpu, system in systems.items():
         folder = data / system / kind / "trtllm"
         releases = sorted((p.name for p in folder.iterdir() if (p / name).is_file()), key=_version_key)
         found.append((gpu, system, folder / releases[0] / name, releases[0]))
@@ -67,7 +71,7 @@ def write_table(name: str, header: str, columns: tuple[str, ...], table: list[di
 def rows() -> list[dict[str, str]]:
     import pandas as pd
 
-    version, files = perf_files("comm", "custom_allreduce_perf.parquet")
+    version, files = perf_files("comm", "custom_allreduce_perf.parquet", SYSTEMS | ADDED_SYSTEMS)
     out = []
     for gpu, system, path, release in files:
         frame = pd.read_parquet(path)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from allreduce_record import origin, perf_files, write_table  # noqa: E402
+from allreduce_record import ADDED_SYSTEMS, SYSTEMS, origin, perf_files, write_table  # noqa: E402
 
 KERNELS = ("moe_torch_flow_cutlass", "moe_torch_flow")
 DISTRIBUTION = "power_law_1.01"
@@ -33,7 +33,7 @@ COLUMNS = ("gpu", "dtype", "hidden_size", "inter_size", "topk", "num_experts", "
 def rows() -> list[dict[str, str]]:
     import pandas as pd
 
-    version, files = perf_files("moe", "moe_perf.parquet")
+    version, files = perf_files("moe", "moe_perf.parquet", SYSTEMS | ADDED_SYSTEMS)
     out = []
     for gpu, system, path, release in files:
         frame = pd.read_parquet(path)

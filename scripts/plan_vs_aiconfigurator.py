@@ -31,14 +31,15 @@ from pipeline.data import fact_rows
 
 TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
 # Our GPU keys -> AIConfigurator's system names (the folders of aiconfigurator_core/systems/data in 0.12).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "l40s": "l40s", "a100-80gb": "a100_sxm"}
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "l40s": "l40s", "a100-80gb": "a100_sxm",
+           "gb200": "gb200", "rtx-pro-6000": "rtx_pro_6000_server"}
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
 KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
 _HEADER = """\
-# NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv and trtllm_published_throughput_more_models.tsv
-# (Mixtral with its experts split by TP, --moe-tp-size TP --moe-ep-size 1, as trtllm-bench 0.17 built them; AIConfigurator 0.12
-# does not support Mistral's architecture), recorded by
+# NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, trtllm_published_throughput_more_models.tsv
+# and trtllm_published_throughput_more_gpus.tsv (MoE models with their experts split by TP, --moe-tp-size TP --moe-ep-size 1, as
+# trtllm-bench built them; AIConfigurator 0.12 does not support Mistral's architecture), recorded by
 # `scripts/plan_vs_published.py --rerun-aiconfigurator` (scripts/aiconfigurator_record.py: aiconfigurator.cli.api.cli_estimate,
 # what `aiconfigurator cli estimate` runs; `command` is that command line). Per row: AIConfigurator's version, the perf
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is

@@ -1,9 +1,10 @@
 """Each backend's constants on models its fit never sees (pipeline/data/trtllm_published_throughput_more_models.tsv:
 TensorRT-LLM 0.17's engine rows of Mistral 7B, Mixtral 8x7B and Mixtral 8x22B; 1.0's PyTorch-backend rows of Qwen3-30B-A3B
-and Llama 4 Scout on B200 at TP 1). scripts/plan_vs_published.py calls it; it is a module of its own because its procedure
-differs from the main table's:
+and Llama 4 Scout on B200 at TP 1), and on GPUs its fit never sees (pipeline/data/trtllm_published_throughput_more_gpus.tsv:
+1.0's PyTorch-backend rows on GB200 and the RTX PRO 6000 Blackwell Server Edition). scripts/plan_vs_published.py calls it;
+it is a module of its own because its procedure differs from the main table's:
 
-- Mistral 7B and the PyTorch rows fit nothing: each is predicted with its backend's shipped constants (the PyTorch
+- Mistral 7B, the PyTorch rows and the new GPUs' rows fit nothing: each is predicted with its backend's shipped constants (the PyTorch
   backend times an MoE's routed experts with NVIDIA's silicon MoE timings; the report gives the dense-rate figure beside).
 - Mixtral rows fit one engine constant and nothing else: the share of the dense GEMM rate an MoE's routed experts' math
   reaches (rates.Efficiency.moe_expert_compute; the dense constants stay as the main table fitted them). The figure to
@@ -63,12 +64,36 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
         held_out = {_key(r): r["error_pct"] for f in part["folds"] if f["held_out"] == "gpu" for r in f["comparison"]}
     part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out)
     models = sorted({(r["backend"], r["model"]) for r in never})
-    return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv",
+    return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv", "more_gpus": more_gpus_report(),
             "never_fitted": [{"backend": backend, "model": model, "summary": P.error_summary(rows), "rows": rows,
                               **_as_dense(backend, model)}
                              for backend, model in models
                              for rows in [[r for r in never if (r["backend"], r["model"]) == (backend, model)]]],
             "moe": part}
+
+
+def more_gpus_report() -> dict[str, Any]:
+    """The rows of GPUs no fit sees (pipeline/data/trtllm_published_throughput_more_gpus.tsv), each predicted with its
+    backend's shipped constants and the GPU's figures (pipeline/data/gpus_added.tsv): per GPU and model, and per GPU beside
+    AIConfigurator's recorded estimates. Where B200 published the same row (same model, TP, precision, ISL/OSL), the ratio
+    of the two published figures says how the runs on the new GPU compare with the ones the fit did see."""
+    rows = P.compare_published(None, P.more_gpu_rows())
+    aic = annotate(rows)
+    b200 = {(r["model"], r["tp"], r["precision"], r["isl"], r["osl"]): float(r["tokens_per_s"])
+            for r in [*P.published_rows("pytorch"), *P.more_model_rows()] if r["gpu"] == "b200" and r["trtllm_version"] == "1.0"}
+    groups = []
+    for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows}):
+        group = [r for r in rows if (r["gpu"], r["model"]) == (gpu, model)]
+        ratios = [r["published_tokens_per_s"] / b200[k] for r in group
+                  for k in [(r["model"], str(r["tp"]), r["precision"], str(r["isl"]), str(r["osl"]))] if k in b200]
+        beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
+        groups.append({"backend": group[0]["backend"], "gpu": gpu, "model": model, "summary": P.error_summary(group),
+                       "mean_signed_pct_error": round(sum(r["error_pct"] for r in group) / len(group), 2),
+                       **({"published_over_b200": [round(min(ratios), 2), round(max(ratios), 2)]} if ratios else {}),
+                       **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
+    aic["per_gpu"] = side_by_side(rows)
+    return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
+            "summary": P.error_summary(rows), "groups": groups, "aiconfigurator": aic}
 
 
 def _as_dense(backend: str, model: str) -> dict[str, Any]:
@@ -98,6 +123,20 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     for by, pooled in moe.get("cross_validated", {}).items():
         lines.append(f"{prefix} Mixtral cross-validated, holding out each {by}: median |error| "
                      f"{pooled['median_abs_pct_error']:.1f}%, worst {pooled['max_abs_pct_error']:.1f}% over {pooled['rows']} rows")
+    gpus, prefix_gpus = report["more_gpus"], "GPUs outside the fit:"
+    for g in gpus["groups"]:
+        versus = (f"; published / B200's same rows {g['published_over_b200'][0]:.2f}-{g['published_over_b200'][1]:.2f}x"
+                  if "published_over_b200" in g else "")
+        lines.append(f"{prefix_gpus} {g['backend']} {g['gpu']:12s} {g['model']:15s} (never fitted, {g['summary']['rows']} rows): "
+                     f"median |error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, "
+                     f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; AIConfigurator "
+                     + (f"{g['aiconfigurator']['aiconfigurator_median_abs_pct_error']:.1f}% / "
+                        f"{g['aiconfigurator']['aiconfigurator_max_abs_pct_error']:.1f}% on {g['aiconfigurator']['rows']} rows"
+                        if "aiconfigurator" in g else "refused every row"))
+    for entry in gpus["aiconfigurator"]["per_gpu"]:
+        lines.append(f"{prefix_gpus} {entry['gpu']:12s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
+                     f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; "
+                     f"ours (never fitted) {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
     for entry in moe["aiconfigurator"]["per_gpu"]:
         ours = (f"GPU held out {entry['ours_gpu_held_out_median_abs_pct_error']:5.1f}% / {entry['ours_gpu_held_out_max_abs_pct_error']:5.1f}%, "
                 if "ours_gpu_held_out_median_abs_pct_error" in entry else "")
@@ -112,4 +151,6 @@ def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     panel = [{"value": f"{m['model']} ({m['backend']}, never fitted)", **m["summary"], "comparison": m["rows"]}
              for m in report["never_fitted"]]
     panel += [f for f in report["moe"].get("folds", []) if f["held_out"] == "model"]
-    return {"models outside the fit": panel}
+    gpus = [{"value": f"{g['gpu']} {g['model']} ({g['backend']}, never fitted)", **g["summary"], "comparison": g["rows"]}
+            for g in report["more_gpus"]["groups"]]
+    return {"models outside the fit": panel, "GPUs outside the fit": gpus}

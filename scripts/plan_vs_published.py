@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rerun_aiconfigurator:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
-        every += P.compare_published(None, P.more_model_rows())
+        every += P.compare_published(None, P.more_model_rows()) + P.compare_published(None, P.more_gpu_rows())
         rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)

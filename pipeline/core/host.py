@@ -27,13 +27,24 @@ def _normalize(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", label.lower().replace("nvidia", ""))
 
 
+def _family(key: str) -> str:
+    """A table key's model name without its variant: its dash-separated parts up to the first with a digit ("h100-sxm" ->
+    "h100", "rtx-pro-6000" -> "rtxpro6000"), so that "RTX 6000 Ada" is not taken for an RTX PRO 6000."""
+    parts = []
+    for part in key.split("-"):
+        parts.append(part)
+        if any(c.isdigit() for c in part):
+            break
+    return "".join(parts)
+
+
 def match_table_key(name: str, memory_gib: float | None = None) -> str | None:
     """The GPU table key for a device name as NVML/nvidia-smi report it (e.g. 'NVIDIA H100 80GB HBM3')."""
     wanted = _normalize(name)
     for gpu in gpu_table().values():
         if gpu.product_label and _normalize(gpu.product_label) == wanted:
             return gpu.key
-    candidates = [g for g in gpu_table().values() if not g.is_cpu and g.key.split("-")[0] in wanted]
+    candidates = [g for g in gpu_table().values() if not g.is_cpu and _family(g.key) in wanted]
     if memory_gib and len(candidates) > 1:
         candidates.sort(key=lambda g: abs((g.memory_gib or 0) - memory_gib))
     return candidates[0].key if candidates else None

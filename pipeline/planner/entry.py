@@ -12,7 +12,7 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.published import accuracy_caveats
+from pipeline.planner.published import accuracy_caveats, gpu_caveats
 from pipeline.planner.rates import measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario
@@ -72,7 +72,7 @@ class PlanResult(BaseModel):
     max_throughput: ThroughputEstimate | None
     constants: dict[str, float | str | None]
     speculation: SpeculationPlan | None = None
-    caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models)
+    caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models, GPUs no fit saw)
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -120,6 +120,7 @@ def plan(spec: PlanSpec) -> PlanResult:
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
-            model, spec.backend, eff, moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1) is not None),
+            model, spec.backend, eff, moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1) is not None)
+        + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
     )
 

@@ -39,6 +39,12 @@ def more_model_rows(model_prefix: str | None = None) -> list[dict[str, str]]:
     return [row for row in rows if model_prefix is None or row["model"].startswith(model_prefix)]
 
 
+def more_gpu_rows() -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_more_gpus.tsv: 1.0's PyTorch-backend rows on GPUs no fit sees
+    (GB200; RTX PRO 6000 Blackwell Server Edition), whose figures are pipeline/data/gpus_added.tsv's."""
+    return packaged_fact_rows("trtllm_published_throughput_more_gpus.tsv")
+
+
 @lru_cache(maxsize=None)
 def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""
@@ -171,6 +177,36 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
             "which put those rows +77% and +57% fast)"]
+
+
+# What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
+# that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
+_GPU_OUTSIDE_FIT = {
+    ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
+                           "(Llama 3.3 70B, Llama 3.1 405B), 4.6% and 4.7% off in the median (13% and 7.6% worst){moe}"),
+    ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
+                                  "Qwen3-30B-A3B) came out 14.9% and 7.4% off in the median, 29% and 25% at worst: prefill-bound "
+                                  "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
+                                  "(pipeline plan --calibrate)"),
+}
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 49% and 35%, all fast: those runs published 0.61-1.09x B200's "
+              "figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an upper bound")
+_GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "
+                  "datasheet figures (pipeline/data/gpus.json) and constants fitted on other GPUs: calibrate from your own "
+                  "bench (pipeline plan --calibrate)")
+
+
+def gpu_caveats(gpu: str, backend: str, *, moe: bool = False) -> list[str]:
+    """What the published rows say about predictions on this GPU with this backend: nothing where a fit saw its rows; the
+    never-fitted figures where NVIDIA published rows no fit saw; else that nothing published checks it. The CPU has none
+    (pipeline bench measures it)."""
+    if gpu == "cpu":
+        return []
+    if (backend, gpu) in _GPU_OUTSIDE_FIT:
+        return [_GPU_OUTSIDE_FIT[(backend, gpu)].format(gpu=gpu, moe=_GB200_MOE if moe else "")]
+    if gpu in {r["gpu"] for r in published_rows(backend)}:
+        return []
+    return [_GPU_UNCHECKED.format(gpu=gpu, what="TensorRT engines" if backend == "tensorrt" else "the PyTorch backend")]
 
 
 def error_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.memory import memory_plan
 from pipeline.planner.prices import Price
-from pipeline.planner.published import accuracy_caveats
+from pipeline.planner.published import accuracy_caveats, gpu_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
@@ -111,7 +111,7 @@ class SearchResult(BaseModel):
     closest: Miss | None
     points: list[tuple[float, float]] = []  # (tokens/s/user, tokens/s/GPU) of every feasible build
     calibration: dict[str, Any] | None = None
-    caveats: list[str] = []  # how far the published rows say to trust these predictions (MoE models)
+    caveats: list[str] = []  # how far the published rows say to trust these predictions (MoE models, GPUs no fit saw)
 
 
 def check_spec(spec: SearchSpec) -> None:
@@ -243,7 +243,9 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         best_per_gpu=order, pareto=pareto_front(feasible), candidates=count, feasible=len(feasible),
         skipped=skipped, closest=closest, points=[(c.tokens_per_s_per_user, c.tokens_per_s_per_gpu) for c in feasible],
         calibration=calibration.summary() if calibration else None,
-        caveats=accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [],
+        caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
+        + [c for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))
+           for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))],
     )
 
 

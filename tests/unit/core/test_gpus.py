@@ -10,13 +10,18 @@ from pipeline.cli import run
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import check_precision, get_gpu, gpu_table
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS, kv_cache_format, quant_format
+from pipeline.data import packaged_fact_rows
 
 NUMERIC = ["memory_gib", "hbm_bandwidth_tbps", "dense_bf16_tflops", "dense_fp8_tflops", "dense_int8_tops"]
 
 
 def test_table_matches_reference_gpus(reference_tsv):
+    """Every GPU is the shared reference's or, where it lacks one, pipeline/data/gpus_added.tsv's (never both)."""
     table = gpu_table()
-    rows = reference_tsv("gpus.tsv")
+    shared, added = reference_tsv("gpus.tsv"), packaged_fact_rows("gpus_added.tsv")
+    assert not {r["key"] for r in shared} & {r["key"] for r in added}, "the shared table has it now: drop our row"
+    assert all(r["source"] and r["note"] for r in added)
+    rows = shared + added
     assert {r["key"] for r in rows} | {"cpu"} == set(table)
     for row in rows:
         gpu = table[row["key"]]

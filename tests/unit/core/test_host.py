@@ -13,6 +13,7 @@ from pipeline.core.host import GpuFound, detect_gpu_key, known_gpu_key, match_ta
     ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"), ("NVIDIA A100 80GB PCIe", 79.2, "a100-80gb"),
     ("NVIDIA L40S", 44.5, "l40s"), ("NVIDIA L4", 22.0, "l4"), ("NVIDIA A10G", 22.0, "a10g"),
     ("NVIDIA H200", 140.0, "h200"), ("NVIDIA GH200 480GB", 95.0, "gh200"), ("NVIDIA B200", 179.0, "b200"),
+    ("NVIDIA GB200", 185.0, "gb200"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 95.6, "rtx-pro-6000"),
 ])
 def test_nvml_names_map_to_table_keys(name, memory, key):
     assert match_table_key(name, memory) == key
@@ -20,6 +21,7 @@ def test_nvml_names_map_to_table_keys(name, memory, key):
 
 def test_unknown_gpu_name_is_not_guessed():
     assert match_table_key("Tesla T4", 15.0) is None
+    assert match_table_key("NVIDIA RTX 6000 Ada Generation", 47.5) is None  # not an RTX PRO 6000
 
 
 def test_gpu_auto_is_cpu_without_gpus_and_the_first_gpus_table_key(monkeypatch):

@@ -132,10 +132,11 @@ def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.
 
 def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     """Every recorded row names AIConfigurator's version, the command and the date (and, where it answered, its database),
-    and matches a published row; the 70B FP8 rows on H100 and H200, the L40S rows and Mixtral's rows are there."""
+    and matches a published row; the 70B FP8 rows on H100 and H200, the L40S rows, the MoE rows and the rows of the GPUs
+    outside the fit are there."""
     aic = _script("plan_vs_aiconfigurator")
     recorded = aic.recorded_predictions()
-    published = {aic._key(r) for r in published_rows() + P.more_model_rows()}
+    published = {aic._key(r) for r in published_rows() + P.more_model_rows() + P.more_gpu_rows()}
     assert recorded and set(recorded) <= published
     for row in recorded.values():
         # a row AIConfigurator refused (its own OOM check) has no answer, so no database version that answered
@@ -149,8 +150,9 @@ def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     for gpu in ("h100-sxm", "h200"):
         assert any(r["gpu"] == gpu and "70b" in r["model"] and r["precision"] == "FP8" for r in ok)
     assert any(r["gpu"] == "l40s" for r in ok)
-    mixtral = [r for r in ok if r["model"].startswith("mixtral")]
-    assert mixtral and all(f"--moe-tp-size {r['tp']} --moe-ep-size 1 " in r["command"] for r in mixtral)
+    moe = [r for r in ok if r["model"].startswith(("mixtral", "qwen3"))]
+    assert moe and all(f"--moe-tp-size {r['tp']} --moe-ep-size 1 " in r["command"] for r in moe)
+    assert {"gb200", "rtx-pro-6000"} <= {r["gpu"] for r in ok}  # the GPUs no fit sees
 
 
 def test_comparison_is_computed_from_the_recorded_table() -> None:
@@ -259,6 +261,71 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     dense_figures = f"+{as_dense['qwen3-30b-a3b']['median_abs_pct_error']:.0f}% and +{as_dense['llama-4-scout']['median_abs_pct_error']:.0f}%"
     assert dense_figures in unmeasured and dense_figures in either and either.startswith(measured)
     assert accuracy_caveats(P.published_model("llama-3.1-8b"), "pytorch", pytorch) == []
+
+
+# GPUs outside the fit (pipeline/data/trtllm_published_throughput_more_gpus.tsv; the GPUs' figures are
+# pipeline/data/gpus_added.tsv's): the PyTorch backend's shipped constants, never fitted to any of them, per GPU and model
+# (median, worst |error| %), and AIConfigurator's recorded estimates of the same rows (None: it refused every row, OOM).
+MORE_GPUS = {("gb200", "llama-3.3-70b"): (4.6, 13.4, (7.5, 50.9)), ("gb200", "llama-3.1-405b"): (4.7, 7.6, (8.3, 55.7)),
+             ("gb200", "qwen3-30b-a3b"): (49.2, 169.7, (27.6, 65.1)), ("gb200", "llama-4-scout"): (35.1, 106.2, None),
+             ("rtx-pro-6000", "llama-3.3-70b"): (14.9, 29.1, (5.3, 30.2)), ("rtx-pro-6000", "qwen3-30b-a3b"): (7.4, 24.7, (69.3, 90.3))}
+
+
+def test_more_gpus_table_names_its_source_and_no_fit_sees_it() -> None:
+    from pipeline.core.gpus import gpu_table
+    from pipeline.data import packaged_fact_rows
+
+    rows = P.more_gpu_rows()
+    added = {r["key"] for r in packaged_fact_rows("gpus_added.tsv")}
+    assert len(rows) == 60 and {r["gpu"] for r in rows} == added == {"gb200", "rtx-pro-6000"}
+    fitted = [*published_rows(), *P.more_model_rows()]
+    assert not added & {r["gpu"] for r in fitted}  # no fit of either backend ever sees these GPUs
+    lines = {"llama-4-scout": 65, "llama-3.3-70b": 92, "qwen3-30b-a3b": 149, "llama-3.1-405b": 206}  # the GB200 column's table
+    rtx_lines = {"llama-3.3-70b": 106, "qwen3-30b-a3b": 163}  # the RTX PRO 6000 tables' one-GPU column
+    for r in rows:
+        first = (lines if r["gpu"] == "gb200" else rtx_lines)[r["model"]]
+        assert first <= int(r["line"]) < first + 10 and r["pp"] == "1" and r["precision"] == "FP4"
+        assert (r["trtllm_version"], r["backend"], r["published_unit"]) == ("1.0", "pytorch", "total")
+        assert r["commit"] == "00f37686aa854010d68bcbd0f4ab000221541ca6"
+    for key in added:
+        assert gpu_table()[key].device_memory_gib  # the memory the runtime allocates from, as nvidia-smi reports it
+
+
+def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
+    """Each new GPU's rows with the PyTorch backend's shipped constants; `pipeline plan` quotes these figures for them."""
+    from pipeline.planner.published import gpu_caveats
+
+    report = _script("plan_vs_more_models").more_gpus_report()
+    groups = {(g["gpu"], g["model"]): g for g in report["groups"]}
+    assert set(groups) == set(MORE_GPUS)
+    for key, (median, worst, aic) in MORE_GPUS.items():
+        summary = groups[key]["summary"]
+        assert (summary["median_abs_pct_error"], summary["max_abs_pct_error"]) == pytest.approx((median, worst), abs=0.1), key
+        if aic is None:
+            assert "aiconfigurator" not in groups[key]
+        else:
+            theirs = groups[key]["aiconfigurator"]
+            assert (theirs["aiconfigurator_median_abs_pct_error"], theirs["aiconfigurator_max_abs_pct_error"]) == pytest.approx(aic, abs=0.1)
+    assert groups[("gb200", "qwen3-30b-a3b")]["published_over_b200"] == [0.61, 1.09]  # GB200's MoE runs, against B200's
+    assert all(r["error_pct"] > 0 for key in [("gb200", "qwen3-30b-a3b")] for r in groups[key]["rows"])
+
+    def figures(*keys: tuple[str, str], worst_digits: int = 0) -> tuple[str, str]:
+        s = [groups[k]["summary"] for k in keys]
+        return (f"{s[0]['median_abs_pct_error']:.1f}% and {s[1]['median_abs_pct_error']:.1f}%",
+                f"{s[0]['max_abs_pct_error']:.{worst_digits}f}% and {s[1]['max_abs_pct_error']:.{worst_digits}f}%")
+
+    gb200, = gpu_caveats("gb200", "pytorch")
+    median, _ = figures(("gb200", "llama-3.3-70b"), ("gb200", "llama-3.1-405b"))
+    assert median in gb200 and "13% and 7.6% worst" in gb200 and "MoE" not in gb200
+    gb200_moe, = gpu_caveats("gb200", "pytorch", moe=True)
+    assert gb200_moe.startswith(gb200) and "49% and 35%" in gb200_moe and "0.61-1.09x" in gb200_moe
+    rtx, = gpu_caveats("rtx-pro-6000", "pytorch")
+    median, worst = figures(("rtx-pro-6000", "llama-3.3-70b"), ("rtx-pro-6000", "qwen3-30b-a3b"))
+    assert median in rtx and worst in rtx
+    assert gpu_caveats("h100-sxm", "pytorch") == gpu_caveats("a100-80gb", "tensorrt") == gpu_caveats("cpu", "pytorch") == []
+    unchecked, = gpu_caveats("b200", "tensorrt")  # 0.17's engine pages have no B200 column
+    assert "no figure NVIDIA published for TensorRT engines on this GPU" in unchecked
+    assert gpu_caveats("l4", "pytorch")[0].startswith("l4: no figure NVIDIA published for the PyTorch backend")
 
 
 def test_plan_and_search_carry_the_moe_caveat(tmp_path: Path) -> None:
