@@ -318,7 +318,8 @@ def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
     median, _ = figures(("gb200", "llama-3.3-70b"), ("gb200", "llama-3.1-405b"))
     assert median in gb200 and "13% and 7.6% worst" in gb200 and "MoE" not in gb200
     gb200_moe, = gpu_caveats("gb200", "pytorch", moe=True)
-    assert gb200_moe.startswith(gb200) and "49% and 35%" in gb200_moe and "0.61-1.09x" in gb200_moe
+    qwen, scout = (groups[("gb200", m)]["summary"]["median_abs_pct_error"] for m in ("qwen3-30b-a3b", "llama-4-scout"))
+    assert gb200_moe.startswith(gb200) and f"{qwen:.0f}% and {scout:.0f}%" in gb200_moe and "0.61-1.09x" in gb200_moe
     rtx, = gpu_caveats("rtx-pro-6000", "pytorch")
     median, worst = figures(("rtx-pro-6000", "llama-3.3-70b"), ("rtx-pro-6000", "qwen3-30b-a3b"))
     assert median in rtx and worst in rtx
