@@ -45,7 +45,8 @@ _HEADER = """\
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
 # AIConfigurator's own memory check). batch: the planner's KV-capacity batch, asked as --batch-size; tokens/s: the TP group's
 # total. The model folders hold config.json from pipeline/data/published_models/<model>.json (keys starting with `_` dropped).
-# A row that both the 1.0 and the 1.2-dev pages publish (70B 1000/1000 on B200 and H100) is asked twice, with the same answer.
+# A row that both the 1.0 and the 1.2-dev pages publish (1000/1000 at the same model, GPU, TP and precision) is asked
+# once per page, with the same answer.
 """
 
 

@@ -74,26 +74,29 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
 
 def more_gpus_report() -> dict[str, Any]:
     """The rows of GPUs no fit sees (pipeline/data/trtllm_published_throughput_more_gpus.tsv), each predicted with its
-    backend's shipped constants and the GPU's figures (pipeline/data/gpus_added.tsv): per GPU and model, and per GPU beside
-    AIConfigurator's recorded estimates. Where B200 published the same row (same model, TP, precision, ISL/OSL), the ratio
-    of the two published figures says how the runs on the new GPU compare with the ones the fit did see."""
+    backend's shipped constants and the GPU's figures (pipeline/data/gpus_added.tsv): per GPU, model and page, and per GPU beside
+    AIConfigurator's recorded estimates. Where the same page published the same row on B200 (model, TP, precision,
+    ISL/OSL), the ratio of the two published figures says how the runs on the new GPU compare with the ones the fit saw."""
     rows = P.compare_published(None, P.more_gpu_rows())
     aic = annotate(rows)
-    b200 = {(r["model"], r["tp"], r["precision"], r["isl"], r["osl"]): float(r["tokens_per_s"])
-            for r in [*P.published_rows("pytorch"), *P.more_model_rows()] if r["gpu"] == "b200" and r["trtllm_version"] == "1.0"}
+    b200 = {(r["trtllm_version"], r["model"], r["tp"], r["precision"], r["isl"], r["osl"]): float(r["tokens_per_s"])
+            for r in [*P.published_rows("pytorch"), *P.more_model_rows()] if r["gpu"] == "b200"}
     groups = []
-    for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows}):
-        group = [r for r in rows if (r["gpu"], r["model"]) == (gpu, model)]
+    for gpu, model, version in sorted({(r["gpu"], r["model"], r["trtllm_version"]) for r in rows}):
+        group = [r for r in rows if (r["gpu"], r["model"], r["trtllm_version"]) == (gpu, model, version)]
         ratios = [r["published_tokens_per_s"] / b200[k] for r in group
-                  for k in [(r["model"], str(r["tp"]), r["precision"], str(r["isl"]), str(r["osl"]))] if k in b200]
+                  for k in [(r["trtllm_version"], r["model"], str(r["tp"]), r["precision"], str(r["isl"]), str(r["osl"]))] if k in b200]
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
-        groups.append({"backend": group[0]["backend"], "gpu": gpu, "model": model, "summary": P.error_summary(group),
+        groups.append({"backend": group[0]["backend"], "gpu": gpu, "model": model, "trtllm_version": version,
+                       "summary": P.error_summary(group),
                        "mean_signed_pct_error": round(sum(r["error_pct"] for r in group) / len(group), 2),
                        **({"published_over_b200": [round(min(ratios), 2), round(max(ratios), 2)]} if ratios else {}),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     aic["per_gpu"] = side_by_side(rows)
+    pooled = [{"gpu": gpu, "model": model, "summary": P.error_summary([r for r in rows if (r["gpu"], r["model"]) == (gpu, model)])}
+              for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows})]  # both pages: what `pipeline plan` quotes
     return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
-            "summary": P.error_summary(rows), "groups": groups, "aiconfigurator": aic}
+            "summary": P.error_summary(rows), "groups": groups, "pooled": pooled, "aiconfigurator": aic}
 
 
 def _as_dense(backend: str, model: str) -> dict[str, Any]:
@@ -127,7 +130,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     for g in gpus["groups"]:
         versus = (f"; published / B200's same rows {g['published_over_b200'][0]:.2f}-{g['published_over_b200'][1]:.2f}x"
                   if "published_over_b200" in g else "")
-        lines.append(f"{prefix_gpus} {g['backend']} {g['gpu']:12s} {g['model']:15s} (never fitted, {g['summary']['rows']} rows): "
+        lines.append(f"{prefix_gpus} {g['backend']} {g['trtllm_version']:7s} {g['gpu']:12s} {g['model']:15s} (never fitted, "
+                     f"{g['summary']['rows']:2d} rows): "
                      f"median |error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, "
                      f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; AIConfigurator "
                      + (f"{g['aiconfigurator']['aiconfigurator_median_abs_pct_error']:.1f}% / "
@@ -151,6 +155,7 @@ def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     panel = [{"value": f"{m['model']} ({m['backend']}, never fitted)", **m["summary"], "comparison": m["rows"]}
              for m in report["never_fitted"]]
     panel += [f for f in report["moe"].get("folds", []) if f["held_out"] == "model"]
-    gpus = [{"value": f"{g['gpu']} {g['model']} ({g['backend']}, never fitted)", **g["summary"], "comparison": g["rows"]}
+    gpus = [{"value": f"{g['gpu']} {g['model']} ({g['backend']} {g['trtllm_version']}, never fitted)", **g["summary"],
+             "comparison": g["rows"]}
             for g in report["more_gpus"]["groups"]]
     return {"models outside the fit": panel, "GPUs outside the fit": gpus}

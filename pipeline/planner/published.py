@@ -156,10 +156,10 @@ _ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {shar
                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
 _PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
                          "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
-                         "out 12.6% and 12.5% off in the median, 47% and 33% at worst")
+                         "out 14.1% and 12.5% off in the median, 47% and 33% at worst")
 _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
                            "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
-                           "+77% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "+74% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "
                            "bench (pipeline plan --calibrate)")
 
 
@@ -176,21 +176,22 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
     if moe_measured:
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
-            "which put those rows +77% and +57% fast)"]
+            "which put those rows +74% and +57% fast)"]
 
 
 # What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
 # that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
 _GPU_OUTSIDE_FIT = {
     ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
-                           "(Llama 3.3 70B, Llama 3.1 405B), 4.6% and 4.7% off in the median (13% and 7.6% worst){moe}"),
+                           "(Llama 3.3 70B, Llama 3.1 405B), 4.3% and 4.7% off in the median (13% and 7.6% worst){moe}"),
     ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
-                                  "Qwen3-30B-A3B) came out 14.9% and 7.4% off in the median, 29% and 25% at worst: prefill-bound "
+                                  "Qwen3-30B-A3B) came out 13.5% and 7.1% off in the median, 29% and 25% at worst: prefill-bound "
                                   "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
                                   "(pipeline plan --calibrate)"),
 }
-_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 49% and 35%, all fast: those runs published 0.61-1.09x B200's "
-              "figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an upper bound")
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 44% and 35%, mostly fast: those runs published as little as "
+              "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "
+              "upper bound")
 _GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "
                   "datasheet figures (pipeline/data/gpus.json) and constants fitted on other GPUs: calibrate from your own "
                   "bench (pipeline plan --calibrate)")
