@@ -39,6 +39,7 @@ class Efficiency:
     gemm_rate_measured: bool = False  # the compute fractions are shares of the GEMM rate measured on silicon (measured_gemm_rate), not of the datasheet peak
     moe_expert_compute: float = 1.0  # share of the dense GEMM rate an MoE's routed experts' math reaches (grouped GEMMs, routing)
     moe_measured: bool = False  # routed experts take the MoE layer time measured on silicon (measured_moe_s) where there is one
+    sliding_windows: bool = False  # sliding-window layers attend to (and read the KV cache of) their last W tokens only
 
     def compute_for(self, activation_bits: int) -> float:
         """The compute fraction of GEMMs whose activations have this many bits. FP4 without a fraction of its own: the
@@ -64,6 +65,7 @@ class Efficiency:
             "gemm_roofline_exponent": self.gemm_roofline_exponent,
             "moe_expert_compute": self.moe_expert_compute,
             "moe_layer_time": "measured" if self.moe_measured else "fitted share",
+            "sliding_windows": "per layer" if self.sliding_windows else "whole context",
         }
 
 
@@ -101,8 +103,16 @@ EFFICIENCY = Efficiency(bandwidth=0.711, compute_16bit=0.799, compute_8bit=0.977
 # At the dense rate (moe_expert_compute 1.0, still the fallback for a shape the table lacks) they were +77% and +57%
 # (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both
 # (fitted on one, the other stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
+# Sliding-window layers (Gemma 2/3, GPT-OSS, Mistral v0.1: ModelSpec.sliding_windows) attend to their last W tokens: the
+# PyTorch backend's models pass each layer's window to the attention op (Gemma3Attention and MixtralAttention forward
+# attention_window_size; TrtllmAttention plans it per layer, `attention_window_size or max_sequence_length`), so decode
+# reads and prefill math shrink there. Its KV cache still holds every layer's whole sequence (no max_attention_window in
+# the options the pipeline writes), so capacity does not change. Engines run every layer over the whole context: the C++
+# runtime windows a layer only when max_attention_window_size is set, which neither trtllm-bench nor the pipeline does.
+# No published row has a windowed model on the PyTorch backend, so this is structure read from NVIDIA's model classes,
+# not checked against a figure.
 PYTORCH_EFFICIENCY = Efficiency(bandwidth=1.0, compute_16bit=0.7, compute_8bit=0.545, step_overhead_per_layer_s=141.9e-6,
-                                per_sequence_layer_s=20.8e-9, compute_4bit=0.391, moe_measured=True)
+                                per_sequence_layer_s=20.8e-9, compute_4bit=0.391, moe_measured=True, sliding_windows=True)
 # The fit's start, written down before any published row was looked at: 80% of datasheet bandwidth, 70% of dense
 # tensor-core peak, 10 us per layer per iteration; the per-sequence cost (added later, set once before any fold was
 # scored with it: a fraction of a microsecond per sequence per layer for decode attention setup and sampling) 100 ns;
@@ -118,9 +128,10 @@ def prior_for(backend: str) -> Efficiency:
     reads and math (a GEMM near the ridge reaches neither bound), the compute fractions are shares of silicon's GEMM
     rates (measured_gemm_rate), and KV reads run at silicon's figure for the rank's attention shape (kv_read_fraction).
     PyTorch backend: as PRIOR (fractions of the datasheet, KV reads at the weight reads' fraction; each of those changes
-    made its held-out figures worse, README, planner section), an MoE's routed experts at silicon's MoE timings."""
+    made its held-out figures worse, README, planner section), an MoE's routed experts at silicon's MoE timings,
+    sliding-window layers over their window."""
     if backend == "pytorch":
-        return replace(PRIOR, moe_measured=True)  # structure, not a fitted number: its folds report what ships
+        return replace(PRIOR, moe_measured=True, sliding_windows=True)  # structure, not fitted: its folds report what ships
     return replace(PRIOR, kv_bandwidth_measured=True, gemm_rate_measured=True, gemm_roofline_exponent=2.0)
 
 

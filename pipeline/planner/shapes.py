@@ -37,6 +37,14 @@ class ModelSpec(BaseModel):
     moe_layers: int | None = None  # layers with routed experts (None: every layer of an MoE); the others are dense
     shared_expert_gate: bool = False  # Qwen2-MoE: a hidden -> 1 gate on the shared expert in each MoE layer
     qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm weights on each head's queries and keys
+    sliding_windows: tuple[int, ...] = ()  # per layer: the tokens a sliding-window layer attends to, 0 = every token (empty: all)
+
+    def attended_tokens(self, context: float) -> float:
+        """The tokens a layer attends to at this context length, the mean over layers: `context` where every layer sees
+        every token, less where sliding-window layers see only their last W tokens."""
+        if not self.sliding_windows:
+            return context
+        return sum(min(context, window) if window else context for window in self.sliding_windows) / len(self.sliding_windows)
 
     # parameter counts --------------------------------------------------------------------------------
     @property
@@ -197,8 +205,33 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         num_experts=experts,
         experts_per_token=int(raw.get("num_experts_per_tok") or raw.get("experts_per_token") or 1) if experts > 1 else 1,
         qk_norm=str(raw.get("model_type", "")).startswith(("qwen3", "gemma3")),
+        sliding_windows=_sliding_windows(raw, int(raw["num_hidden_layers"])),
         **moe,
     )
+
+
+def _sliding_windows(raw: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """Each layer's attention window (0: the whole context), as the families that window declare it: `layer_types`
+    ("sliding_attention" layers see the last `sliding_window` tokens; Gemma 2/3, GPT-OSS and newer configs), else Gemma 2
+    (every other layer from the first), Gemma 3 (all but every `sliding_window_pattern`-th), Mistral and Mixtral (every layer,
+    where `sliding_window` is set). Empty: every layer sees every token."""
+    window = raw.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return ()
+    kind = str(raw.get("model_type", ""))
+    types = raw.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        sliding = [t == "sliding_attention" for t in types]
+    elif kind == "gemma2":
+        sliding = [i % 2 == 0 for i in range(layers)]
+    elif kind in ("gemma3", "gemma3_text"):
+        pattern = int(raw.get("sliding_window_pattern") or 6)
+        sliding = [(i + 1) % pattern != 0 for i in range(layers)]
+    elif kind in ("mistral", "mixtral"):
+        sliding = [True] * layers
+    else:
+        return ()
+    return tuple(window if is_sliding else 0 for is_sliding in sliding) if any(sliding) else ()
 
 
 def _moe_shape(raw: dict[str, Any], layers: int) -> dict[str, Any]:

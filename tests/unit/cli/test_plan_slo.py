@@ -55,3 +55,20 @@ def test_a_calibration_file_from_another_model_or_gpu_exits_2(tmp_path: Path, de
     assert run([*BASE, "--calibrate", str(bench)]) == 2
     err = capsys.readouterr().err
     assert words in err and "pipeline bench" in err
+
+
+def test_plan_names_windowed_layers_and_the_gpu_caveat(tmp_path: Path, capsys) -> None:
+    """A Gemma 3 config on an RTX PRO 6000: the table says which layers are windowed and, for engines, that they attend to
+    the whole context; the caveat says no fit saw the GPU (the figures are asserted in test_published.py)."""
+    config = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208,
+              "sliding_window": 1024, "sliding_window_pattern": 6, "tie_word_embeddings": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = ["plan", "--model", str(tmp_path), "--gpu", "rtx-pro-6000", "--quant", "fp8", "--isl", "4096", "--osl", "512"]
+    assert run([*args, "--backend", "pytorch", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["sliding_windows"] == {"1024": 29}
+    assert any(c.startswith("rtx-pro-6000: no fit saw this GPU") for c in data["caveats"])
+    assert run(args) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table's cells wrap: read them as one text
+    assert "29 layers windowed to 1024 tokens" in out and "engines attend to the whole context" in out

@@ -101,7 +101,7 @@ def test_engines_read_the_kv_cache_at_the_bandwidth_measured_on_silicon_for_the_
     that shape (AIConfigurator's generation_attention_perf); 70B at TP 8 has one KV head per rank, which reads slower."""
     from pipeline.planner.rates import PRIOR, efficiency_for, kv_read_fraction, prior_for
 
-    assert prior_for("pytorch") == replace(PRIOR, moe_measured=True) and not PRIOR.kv_bandwidth_measured
+    assert prior_for("pytorch") == replace(PRIOR, moe_measured=True, sliding_windows=True) and not PRIOR.kv_bandwidth_measured
     assert prior_for("tensorrt").kv_bandwidth_measured and prior_for("tensorrt").gemm_roofline_exponent == 2.0
     engines = efficiency_for("tensorrt")
     assert engines.kv_bandwidth_measured and not efficiency_for("pytorch").kv_bandwidth_measured

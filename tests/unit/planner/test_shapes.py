@@ -95,3 +95,35 @@ def test_multi_head_latent_attention_is_refused_not_misplanned() -> None:
            "num_key_value_heads": 128, "vocab_size": 129280, "kv_lora_rank": 512, "n_routed_experts": 256}
     with pytest.raises(UnsupportedError, match="multi-head latent attention"):
         P.model_spec_from_dict(raw, "deepseek-v3")
+
+
+@pytest.mark.parametrize(("config_name", "values"), [
+    ("Gemma2Config", dict(num_hidden_layers=5, sliding_window=4096)),
+    ("Gemma3TextConfig", dict(num_hidden_layers=13, sliding_window=1024)),
+    ("GptOssConfig", dict(num_hidden_layers=4, num_local_experts=4, sliding_window=128)),
+    ("MistralConfig", dict(num_hidden_layers=3, sliding_window=4096)),
+])
+def test_sliding_windows_are_the_layers_transformers_windows(config_name: str, values: dict) -> None:
+    """Each layer's window as transformers' own config class lays the layers out (layer_types); Gemma 2 and 3 configs
+    written before layer_types existed give the same windows from their family's rule."""
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, config_name)(**values).to_dict()
+    window = values["sliding_window"]
+    types = config.get("layer_types") or ["sliding_attention"] * values["num_hidden_layers"]  # Mistral: every layer
+    expected = tuple(window if kind == "sliding_attention" else 0 for kind in types)
+    spec = P.model_spec_from_dict(config, config_name)
+    assert spec.sliding_windows == expected and 0 < sum(map(bool, expected)) <= values["num_hidden_layers"]
+    if config["model_type"].startswith("gemma"):
+        legacy = {k: v for k, v in config.items() if k != "layer_types"}
+        assert P.model_spec_from_dict(legacy, config_name).sliding_windows == expected
+    assert spec.attended_tokens(window // 2) == window // 2  # shorter than every window: every layer sees it all
+    full = expected.count(0)
+    assert spec.attended_tokens(4 * window) == pytest.approx((full * 4 * window + (len(expected) - full) * window) / len(expected))
+
+
+def test_models_without_a_window_attend_to_the_whole_context(tmp_path: Path) -> None:
+    assert P.model_spec_from_config(LLAMA_8B).sliding_windows == ()
+    no_window = P.model_spec_from_dict({**SMOLLM2_SHAPES, "model_type": "mistral", "sliding_window": None}, "mistral-v0.3")
+    assert no_window.sliding_windows == () and no_window.attended_tokens(9000) == 9000
+    qwen3 = {**SMOLLM2_SHAPES, "model_type": "qwen3", "sliding_window": 4096, "layer_types": ["full_attention"] * 30}
+    assert P.model_spec_from_dict(qwen3, "qwen3").sliding_windows == ()  # use_sliding_window off: every layer full

@@ -156,3 +156,35 @@ def test_moe_layer_time_is_read_off_silicon_where_the_shape_was_timed() -> None:
     shared = P.step_time(scenario, load, replace(pytorch, moe_measured=False)).gemm_s
     assert timed > shared  # silicon's grouped GEMMs over 128 narrow experts are slower than the dense rate says
     assert timed > 48 * measured_moe_s(b200, fp4, qwen, 1, 2048)
+
+
+def test_sliding_window_layers_read_and_attend_only_their_window_on_the_pytorch_backend() -> None:
+    """Gemma 3 27B's shapes (52 of 62 layers windowed to 1024 tokens): at 8k tokens of context the PyTorch backend's decode
+    attention reads (10 x 8k + 52 x 1024) / (62 x 8k) of the KV cache, and a prompt's attention math shrinks the same
+    way; engines attend to the whole context; the KV cache, and so the batch, is the same either way."""
+    from dataclasses import replace
+
+    gemma3 = P.model_spec_from_dict({
+        "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
+        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 262208,
+        "sliding_window": 1024, "sliding_window_pattern": 6, "tie_word_embeddings": True}, "gemma-3-27b")
+    assert gemma3.sliding_windows.count(1024) == 52 and gemma3.sliding_windows.count(0) == 10
+    scenario = P.Scenario(gemma3, "h100", "fp8", "fp8", 1, 8192, 1024)
+    load = P.StepLoad(decode=16, decode_context=8192, prefill_tokens=2048, prefill_context=4096)
+    pytorch = P.efficiency_for("pytorch")
+    whole = replace(pytorch, sliding_windows=False)
+    windowed, everything = P.step_time(scenario, load, pytorch), P.step_time(scenario, load, whole)
+    share = (10 * 8192 + 52 * 1024) / (62 * 8192)
+    assert windowed.decode_attention_s == pytest.approx(everything.decode_attention_s * share, rel=1e-9)
+    assert windowed.context_attention_s == pytest.approx(everything.context_attention_s * (10 * 4096 + 52 * 1024) / (62 * 4096))
+    assert windowed.gemm_s == everything.gemm_s  # the weights are read and multiplied all the same
+    engines = P.efficiency_for("tensorrt")
+    assert not engines.sliding_windows  # the C++ runtime windows a layer only with max_attention_window_size, unset
+    assert P.step_time(scenario, load, engines).decode_attention_s == P.step_time(
+        scenario.replace(model=gemma3.model_copy(update={"sliding_windows": ()})), load, engines).decode_attention_s
+    fast, slow = (P.max_throughput(scenario, efficiency=eff) for eff in (pytorch, whole))
+    assert fast.batch == slow.batch and fast.output_tokens_per_s > slow.output_tokens_per_s
+    # no published PyTorch-backend row is of a windowed model: this is NVIDIA's model classes' structure, unscored
+    from pipeline.planner.published import published_model, published_rows
+
+    assert not any(published_model(m).sliding_windows for m in {r["model"] for r in published_rows("pytorch")})
