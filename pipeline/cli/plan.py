@@ -104,7 +104,9 @@ def _table(result: PlanResult):
         ["model", f"{model['name']}: {model['params_b']} B params, {model['layers']} layers, "
                   f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"
                   + "".join(f", {layers} layers windowed to {window} tokens" for window, layers in model.get("sliding_windows", {}).items())
-                  + (" (engines attend to the whole context)" if model.get("sliding_windows") and result.backend == "tensorrt" else "")],
+                  + "".join(f", {layers} layers in {chunk}-token chunks" for chunk, layers in model.get("attention_chunks", {}).items())
+                  + (" (engines attend to the whole context)" if (model.get("sliding_windows") or model.get("attention_chunks"))
+                     and result.backend == "tensorrt" else "")],
         ["target", f"{result.tp}x {result.gpu}, weights {result.quant}, KV cache {result.kv_cache}, "
                    f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}, backend {result.backend}"],
         ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],

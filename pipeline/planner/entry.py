@@ -113,8 +113,10 @@ def plan(spec: PlanSpec) -> PlanResult:
             "hidden": model.hidden_size, "heads": model.num_heads, "kv_heads": model.num_kv_heads,
             "head_dim": model.head_dim, "vocab": model.vocab_size, "tied_embeddings": model.tie_word_embeddings,
             "weights_gib_total": round(weight_bytes(model, quant) / GIB, 3),
-            # layers that attend to their last N tokens only, {N: layers} (the PyTorch backend windows them; engines do not)
+            # layers that attend to their last N tokens, or their own N-token chunk, only: {N: layers} (the PyTorch backend
+            # runs them so; engines do not)
             "sliding_windows": {str(w): model.sliding_windows.count(w) for w in sorted(set(model.sliding_windows) - {0})},
+            "attention_chunks": {str(c): model.attention_chunks.count(c) for c in sorted(set(model.attention_chunks) - {0})},
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         backend=spec.backend, memory=memory, fits=memory.fits, alternatives=options, build=build,

@@ -156,7 +156,7 @@ _ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {shar
                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
 _PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
                          "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
-                         "out 14.1% and 12.5% off in the median, 47% and 33% at worst")
+                         "out 14.1% and 12.5% off in the median, 47% and 24% at worst")
 _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
                            "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
                            "+74% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "

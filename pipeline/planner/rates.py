@@ -99,11 +99,12 @@ EFFICIENCY = Efficiency(bandwidth=0.711, compute_16bit=0.799, compute_8bit=0.977
 # With the runs' waves counted the cost per decoding sequence fell from 125 to 21 ns: it had stood in for the last waves.
 # Its routed experts take the MoE layer time NVIDIA measured on silicon for the shape (measured_moe_s: the PyTorch flow's
 # CUTLASS MoE, which this backend runs), nothing fitted: the 1.0 page's MoE rows at TP 1 (Qwen3-30B-A3B and Llama 4 Scout
-# on B200, never fitted) come out 12.6% and 12.5% in the median (47% and 33% worst; Qwen3 with 1.2-dev's rows too 14.1%).
+# on B200, never fitted) come out 12.6% and 12.5% in the median (47% and 24% worst; Qwen3 with 1.2-dev's rows too 14.1%).
 # At the dense rate (moe_expert_compute 1.0, still the fallback for a shape the table lacks) they were +77% and +57%
 # (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both
 # (fitted on one, the other stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
-# Sliding-window layers (Gemma 2/3, GPT-OSS, Mistral v0.1: ModelSpec.sliding_windows) attend to their last W tokens: the
+# Sliding-window layers (Gemma 2/3, GPT-OSS, Mistral v0.1: ModelSpec.sliding_windows) attend to their last W tokens, and
+# Llama 4's chunked layers (ModelSpec.attention_chunks, passed to the attention by Llama4DecoderLayer) to their own chunk: the
 # PyTorch backend's models pass each layer's window to the attention op (Gemma3Attention and MixtralAttention forward
 # attention_window_size; TrtllmAttention plans it per layer, `attention_window_size or max_sequence_length`), so decode
 # reads and prefill math shrink there. Its KV cache still holds every layer's whole sequence (no max_attention_window in

@@ -38,13 +38,25 @@ class ModelSpec(BaseModel):
     shared_expert_gate: bool = False  # Qwen2-MoE: a hidden -> 1 gate on the shared expert in each MoE layer
     qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm weights on each head's queries and keys
     sliding_windows: tuple[int, ...] = ()  # per layer: the tokens a sliding-window layer attends to, 0 = every token (empty: all)
+    attention_chunks: tuple[int, ...] = ()  # per layer: Llama 4's chunk (a token sees its own C-token chunk), 0 = none
 
-    def attended_tokens(self, context: float) -> float:
-        """The tokens a layer attends to at this context length, the mean over layers: `context` where every layer sees
-        every token, less where sliding-window layers see only their last W tokens."""
-        if not self.sliding_windows:
+    def attended_tokens(self, context: float, *, prefill: bool = False) -> float:
+        """The tokens a layer attends to, the mean over layers: `context` (a decoding sequence's KV length, or for
+        `prefill` a prompt token's mean causal span) where every layer sees every token; a sliding-window layer sees at
+        most its last W; a chunked layer only its own chunk: a decoding token at position p the (p mod C) + 1 tokens
+        since the chunk began, a prompt token half a chunk on average once the prompt spans chunks."""
+        if not self.sliding_windows and not self.attention_chunks:
             return context
-        return sum(min(context, window) if window else context for window in self.sliding_windows) / len(self.sliding_windows)
+        layers = max(len(self.sliding_windows), len(self.attention_chunks))
+        windows = self.sliding_windows or (0,) * layers
+        chunks = self.attention_chunks or (0,) * layers
+
+        def span(window: int, chunk: int) -> float:
+            if chunk:
+                return min(context, chunk / 2) if prefill else (context - 1) % chunk + 1 if context > chunk else context
+            return min(context, window) if window else context
+
+        return sum(span(w, c) for w, c in zip(windows, chunks)) / layers
 
     # parameter counts --------------------------------------------------------------------------------
     @property
@@ -206,6 +218,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         experts_per_token=int(raw.get("num_experts_per_tok") or raw.get("experts_per_token") or 1) if experts > 1 else 1,
         qk_norm=str(raw.get("model_type", "")).startswith(("qwen3", "gemma3")),
         sliding_windows=_sliding_windows(raw, int(raw["num_hidden_layers"])),
+        attention_chunks=_attention_chunks(raw, int(raw["num_hidden_layers"])),
         **moe,
     )
 
@@ -232,6 +245,24 @@ def _sliding_windows(raw: dict[str, Any], layers: int) -> tuple[int, ...]:
     else:
         return ()
     return tuple(window if is_sliding else 0 for is_sliding in sliding) if any(sliding) else ()
+
+
+def _attention_chunks(raw: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """Llama 4's chunked attention: `attention_chunk_size` on the layers that use RoPE (`layer_types` "chunked_attention",
+    else `no_rope_layers` 1, else all but every `no_rope_layer_interval`-th, 4 by default); its NoPE layers see the whole
+    context. Empty for any other family."""
+    chunk = raw.get("attention_chunk_size")
+    if not str(raw.get("model_type", "")).startswith("llama4") or not isinstance(chunk, int) or chunk <= 0:
+        return ()
+    types, rope = raw.get("layer_types"), raw.get("no_rope_layers")
+    if isinstance(types, list) and len(types) == layers:
+        chunked = [t == "chunked_attention" for t in types]
+    elif isinstance(rope, list) and len(rope) == layers:
+        chunked = [bool(r) for r in rope]
+    else:
+        interval = int(raw.get("no_rope_layer_interval") or 4)
+        chunked = [(i + 1) % interval != 0 for i in range(layers)]
+    return tuple(chunk if is_chunked else 0 for is_chunked in chunked) if any(chunked) else ()
 
 
 def _moe_shape(raw: dict[str, Any], layers: int) -> dict[str, Any]:

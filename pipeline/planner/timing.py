@@ -103,14 +103,15 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens, routed_experts=moe_layer_s is None)
     gemm_s = gemm_roofline_s(read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     gemm_s += (moe_layer_s or 0.0) * model.moe_layer_count
-    # Decode attention: every sequence reads its whole KV cache (a sliding-window layer its last W tokens, where the
-    # backend windows them).
-    attended = model.attended_tokens if eff.sliding_windows else (lambda context: context)
-    kv_read = decode * attended(load.decode_context) * kv_bytes_per_token(model, kv, tp)
+    # Decode attention: every sequence reads its whole KV cache (a sliding-window layer its last W tokens, a chunked layer
+    # its own chunk, where the backend runs them so).
+    local = eff.sliding_windows
+    kv_read = decode * (model.attended_tokens(load.decode_context) if local else load.decode_context) * kv_bytes_per_token(model, kv, tp)
     decode_attention_s = kv_read / (hbm_bandwidth(gpu) * kv_fraction(scenario, eff)) if kv_read else 0.0
     # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
     heads = model.num_heads / tp
-    context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * attended(load.prefill_context)
+    span = model.attended_tokens(load.prefill_context, prefill=True) if local else load.prefill_context
+    context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * span
     context_attention_s = context_flops / attn_rate if attn_rate else 0.0
     # TP: two all-reduces of the hidden states per layer, as measured on this GPU where the table has it, else
     # estimated (ring: 2(tp-1)/tp of the bytes per GPU).

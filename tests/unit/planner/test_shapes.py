@@ -127,3 +127,22 @@ def test_models_without_a_window_attend_to_the_whole_context(tmp_path: Path) -> 
     assert no_window.sliding_windows == () and no_window.attended_tokens(9000) == 9000
     qwen3 = {**SMOLLM2_SHAPES, "model_type": "qwen3", "sliding_window": 4096, "layer_types": ["full_attention"] * 30}
     assert P.model_spec_from_dict(qwen3, "qwen3").sliding_windows == ()  # use_sliding_window off: every layer full
+
+
+def test_llama4_chunked_layers_are_its_rope_layers() -> None:
+    """Llama 4 runs chunked attention on its RoPE layers (transformers' layer_types "chunked_attention"; without it,
+    no_rope_layers or every layer but each fourth); a decoding token at position p sees (p mod C) + 1 tokens of them."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Llama4TextConfig(num_hidden_layers=8, attention_chunk_size=8192).to_dict()
+    expected = tuple(8192 if kind == "chunked_attention" else 0 for kind in config["layer_types"])
+    assert expected == (8192, 8192, 8192, 0) * 2
+    assert P.model_spec_from_dict(config, "llama4").attention_chunks == expected
+    for drop in (("layer_types",), ("layer_types", "no_rope_layers")):  # older configs: the same layers
+        legacy = {k: v for k, v in config.items() if k not in drop}
+        assert P.model_spec_from_dict(legacy, "llama4").attention_chunks == expected
+    spec = P.model_spec_from_dict(config, "llama4")
+    assert spec.attended_tokens(5000) == 5000  # within the first chunk every layer sees it all
+    assert spec.attended_tokens(21000) == pytest.approx((2 * 21000 + 6 * (21000 - 2 * 8192)) / 8)
+    assert spec.attended_tokens(10000, prefill=True) == pytest.approx((2 * 10000 + 6 * 4096) / 8)
+    qwen = P.model_spec_from_dict({**SMOLLM2_SHAPES, "model_type": "qwen3", "attention_chunk_size": 8192}, "qwen3")
+    assert qwen.attention_chunks == ()  # only Llama 4 chunks its attention
