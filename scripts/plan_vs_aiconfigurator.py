@@ -29,10 +29,13 @@ from typing import Any
 from pipeline import planner as P
 from pipeline.data import fact_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from allreduce_record import ADDED_SYSTEMS, SYSTEMS as FITTED_SYSTEMS  # noqa: E402
+
 TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
-# Our GPU keys -> AIConfigurator's system names (the folders of aiconfigurator_core/systems/data in 0.12).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "l40s": "l40s", "a100-80gb": "a100_sxm",
-           "gb200": "gb200", "rtx-pro-6000": "rtx_pro_6000_server"}
+# Our GPU keys -> AIConfigurator's system names (the folders of aiconfigurator_core/systems/data in 0.12): the GPUs the
+# recorders read silicon tables for, those of the fits and those no fit sees.
+SYSTEMS = FITTED_SYSTEMS | ADDED_SYSTEMS
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
 KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
@@ -119,8 +122,8 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
         gemm, kv = QUANT[row["precision"]]
-        experts = config.get("num_local_experts") or config.get("num_experts") or 1
-        moe = {"moe_tp": row["tp"]} if experts > 1 else {}  # experts split by TP, no EP (trtllm-bench's default)
+        # experts split by TP, no EP (trtllm-bench's default)
+        moe = {"moe_tp": row["tp"]} if P.published_model(row["model"]).moe_layer_count else {}
         out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out

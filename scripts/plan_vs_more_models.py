@@ -89,7 +89,7 @@ def more_gpus_report() -> dict[str, Any]:
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
         groups.append({"backend": group[0]["backend"], "gpu": gpu, "model": model, "trtllm_version": version,
                        "summary": P.error_summary(group),
-                       "mean_signed_pct_error": round(sum(r["error_pct"] for r in group) / len(group), 2),
+                       "mean_signed_pct_error": round(_mean_signed(group), 2),
                        **({"published_over_b200": [round(min(ratios), 2), round(max(ratios), 2)]} if ratios else {}),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     aic["per_gpu"] = side_by_side(rows)
@@ -97,6 +97,11 @@ def more_gpus_report() -> dict[str, Any]:
               for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows})]  # both pages: what `pipeline plan` quotes
     return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
             "summary": P.error_summary(rows), "groups": groups, "pooled": pooled, "aiconfigurator": aic}
+
+
+def _mean_signed(comparison: list[dict[str, Any]]) -> float:
+    """The mean signed error %: which way a group of rows leans (fast +, slow -)."""
+    return sum(r["error_pct"] for r in comparison) / len(comparison)
 
 
 def _as_dense(backend: str, model: str) -> dict[str, Any]:
@@ -113,7 +118,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     moe, prefix = report["moe"], "models outside the fit:"
     lines = [f"{prefix} {m['backend']} {m['model']} (never fitted, {m['summary']['rows']} rows): median |error| "
              f"{m['summary']['median_abs_pct_error']:.1f}%, worst {m['summary']['max_abs_pct_error']:.1f}%, mean signed "
-             f"{sum(r['error_pct'] for r in m['rows']) / len(m['rows']):+.1f}%"
+             f"{_mean_signed(m['rows']):+.1f}%"
              + (f"; experts at the dense rate instead of silicon's MoE timings: {m['as_dense']['median_abs_pct_error']:.1f}%, "
                 f"{m['as_dense']['max_abs_pct_error']:.1f}%" if "as_dense" in m else "") for m in report["never_fitted"]]
     lines.append(f"{prefix} Mixtral as if dense (MoE constant 1.0): median |error| {moe['as_dense']['median_abs_pct_error']:.1f}%, "

@@ -16,7 +16,8 @@ sample and with that GPU held out. --rerun-aiconfigurator asks AIConfigurator ag
 that table first.
 It also predicts the models outside the fit (pipeline/data/trtllm_published_throughput_more_models.tsv: Mistral 7B and the
 PyTorch backend's Qwen3-30B-A3B and Llama 4 Scout never fitted; Mixtral fitting the engines' MoE share alone, held out by
-model and by GPU with --cv): scripts/plan_vs_more_models.py.
+model and by GPU with --cv) and the GPUs outside it (pipeline/data/trtllm_published_throughput_more_gpus.tsv: GB200 and
+RTX PRO 6000, never fitted): scripts/plan_vs_more_models.py.
 """
 
 from __future__ import annotations
