@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +49,14 @@ class ModelSpec(BaseModel):
         since the chunk began, a prompt token half a chunk on average once the prompt spans chunks."""
         if not self.sliding_windows and not self.attention_chunks:
             return context
-        layers = max(len(self.sliding_windows), len(self.attention_chunks))
-        windows = self.sliding_windows or (0,) * layers
-        chunks = self.attention_chunks or (0,) * layers
 
         def span(window: int, chunk: int) -> float:
             if chunk:
                 return min(context, chunk / 2) if prefill else (context - 1) % chunk + 1 if context > chunk else context
             return min(context, window) if window else context
 
-        return sum(span(w, c) for w, c in zip(windows, chunks)) / layers
+        groups = _layer_groups(self.sliding_windows, self.attention_chunks)
+        return sum(count * span(window, chunk) for window, chunk, count in groups) / sum(count for *_, count in groups)
 
     # parameter counts --------------------------------------------------------------------------------
     @property
@@ -149,6 +149,15 @@ class ModelSpec(BaseModel):
     @property
     def head_flops_per_token(self) -> int:
         return 2 * self.vocab_size * self.hidden_size
+
+
+@lru_cache(maxsize=64)
+def _layer_groups(windows: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+    """(window, chunk, layers) for each kind of layer: the per-layer tuples counted once, not walked on every step the
+    time model prices (an empty tuple: no layer has one)."""
+    layers = max(len(windows), len(chunks))
+    pairs = zip(windows or (0,) * layers, chunks or (0,) * layers)
+    return tuple((window, chunk, count) for (window, chunk), count in Counter(pairs).items())
 
 
 def _config_path(path: str | Path) -> Path:
