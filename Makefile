@@ -97,13 +97,14 @@ plan-check: $(STAMP)
 
 # The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/core/versions.py).
 # Inside it, `make engine ...` runs the installed pipeline (the image sets MAKEFLAGS, no .venv is made).
+# PLATFORM=linux/arm64 builds it for a Grace node (GH200, GB200), where NVIDIA's base image publishes that platform.
 # profiles / doctor: which build profiles fit each GPU, and what this machine can run.
 TRITON_RELEASE ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRITON_RELEASE = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
 TRTLLM_VERSION ?= $(shell $(PYTHON) -c "import re;print(re.search(r'TRTLLM_VERSION = \"(.+?)\"', open('pipeline/core/versions.py').read())[1])")
 IMAGE ?= trtllm-pipeline:$(TRITON_RELEASE)
 .PHONY: image image-test profiles doctor
 image:
-	docker build --build-arg TRITON_RELEASE=$(TRITON_RELEASE) --build-arg TRTLLM_VERSION=$(TRTLLM_VERSION) -t $(IMAGE) .
+	docker build $(if $(PLATFORM),--platform $(PLATFORM)) --build-arg TRITON_RELEASE=$(TRITON_RELEASE) --build-arg TRTLLM_VERSION=$(TRTLLM_VERSION) -t $(IMAGE) .
 # image-test: the Dockerfile built for real with buildah (no daemon) on a stand-in for NVIDIA's base, then the
 # checks inside it as uid 10001 (tests/image/). Root, buildah and debootstrap: apt-get install buildah debootstrap.
 # IMAGE_TEST_DIR (the root filesystem, logs) stays outside the build context the Dockerfile is built from.

@@ -49,6 +49,7 @@ CASES = {
     "h100-tp2": dict(gpu="h100-sxm", tp=2),
     "l40s-tp4-pp2": dict(gpu="l40s", tp=4, pp=2),
     "h200-tp8-pp2-lws": dict(gpu="h200", tp=8, pp=2),
+    "gb200-tp8-lws": dict(gpu="gb200", tp=8, quant="nvfp4"),  # two 4-GPU NVL72 trays, arm64 nodes
     "cpu-reference": dict(gpu="cpu", runtime="reference", quant="fp16"),
 }
 

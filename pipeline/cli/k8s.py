@@ -24,7 +24,7 @@ PvcNameOpt = Annotated[Optional[str], typer.Option("--pvc-name", help="Persisten
 ImageOpt = Annotated[Optional[str], typer.Option("--image", help="Serving image (default: the pinned Triton TensorRT-LLM image).")]
 MinReplicasOpt = Annotated[Optional[int], typer.Option("--min-replicas", min=1, help="Autoscaler minimum (default --replicas).")]
 MaxReplicasOpt = Annotated[Optional[int], typer.Option("--max-replicas", min=1, help="Autoscaler maximum (default max(4, --replicas)).")]
-GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node; larger worlds become a LeaderWorkerSet.")]
+GpusPerNodeOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", min=1, help="GPUs per node; larger worlds become a LeaderWorkerSet (default: the GPU's node: 8, a GB200 NVL72 tray 4).")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Resource name (default triton-<model>-<profile id>).")]
 HfSecretOpt = Annotated[str, typer.Option("--hf-token-secret", help="Secret with key HF_TOKEN (referenced, never inlined).")]
 QueueRatioOpt = Annotated[float, typer.Option("--queue-ratio-target", help="HPA target of trtllm-serve (--api openai): queue time per unit of compute time.")]
@@ -57,7 +57,7 @@ def render(
     base_image: BaseImageOpt = None,
     min_replicas: MinReplicasOpt = None,
     max_replicas: MaxReplicasOpt = None,
-    gpus_per_node: GpusPerNodeOpt = 8,
+    gpus_per_node: GpusPerNodeOpt = None,
     name: NameOpt = None,
     hf_token_secret: HfSecretOpt = "hf-token",
     queue_ratio_target: QueueRatioOpt = 1.0,

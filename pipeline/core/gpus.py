@@ -31,6 +31,12 @@ class GpuSpec(BaseModel):
     runtime: str  # "tensorrtllm" or "reference"
     figures_note: str = ""
     device_memory_gib: float | None = None  # what the device reports where it differs from memory_gib (GDDR with ECC on)
+    # The node's CPU architecture where the GPU fixes it (kubelet's kubernetes.io/arch value): a Grace superchip (GH200,
+    # GB200) shares its board with an Arm Neoverse V2 Grace CPU, so its node is arm64. None: any, the image decides.
+    host_arch: str | None = None
+    # GPUs a Kubernetes node of this GPU holds: 8 on an HGX/DGX baseboard; 4 in a GB200 NVL72 compute tray (two GB200
+    # superchips of two GPUs each; 18 trays make the rack's 72).
+    gpus_per_node: int = 8
 
     @property
     def usable_memory_gib(self) -> float | None:

@@ -8,7 +8,14 @@ from pathlib import Path
 from pipeline.k8s.spec import MODEL_MOUNT, K8sSpec, Serving
 from pipeline.k8s.workloads import CPU_IMAGE_NOTE
 from pipeline.build.profiles import BuildProfile
+from pipeline.core.gpus import get_gpu
 from pipeline.core.versions import TRITON_IMAGE
+
+
+def _platform(profile: BuildProfile) -> str | None:
+    """The image platform the GPU's node needs (linux/arm64 on a Grace superchip), None where the GPU fixes none."""
+    arch = get_gpu(profile.gpu).host_arch
+    return f"linux/{arch}" if arch else None
 
 
 def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble") -> tuple[str, ...]:
@@ -26,6 +33,10 @@ def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble
     if profile.runtime == "reference" and spec.model_store in ("image", "pvc") and not spec.base_image:
         notes.append(f"the generated Dockerfile builds FROM {TRITON_IMAGE}; for the reference runtime's image pass "
                      "--base-image <an image with the pipeline> (the project's Dockerfile image)")
+    if platform := _platform(profile):
+        notes.append(f"{profile.gpu} nodes run an Arm Grace CPU: the pods are pinned to kubernetes.io/arch="
+                     f"{platform.split('/')[1]}, and the serving image and the bundle image must be built for {platform} "
+                     f"(docker build --platform {platform}; the project's image: make image PLATFORM={platform})")
     if profile.world_size > spec.gpus_per_node:
         notes.append("multi-node: the serving image needs kubectl (mpirun reaches the worker pods through "
                      "`kubectl exec`) and the LeaderWorkerSet controller must be installed")
@@ -43,11 +54,13 @@ def dockerfile(profile: BuildProfile, spec: K8sSpec, bundle_hash: str) -> str:
     """The image that carries the bundle at /models: the model store `image` serves it, the pvc fill Job
     copies from it. Built with the bundle folder as the context (see DEPLOY.md)."""
     base = spec.base_image or TRITON_IMAGE
+    platform = _platform(profile)
+    flag = f"--platform {platform} " if platform else ""
     return f"""\
 # syntax=docker/dockerfile:1
 # {profile.name} ({profile.id}): the bundle rendered for {MODEL_MOUNT}, on {base}.
 # Every path in the bundle's configs starts with {MODEL_MOUNT}. Build with the bundle folder as the context:
-#   docker build -f Dockerfile -t IMAGE <bundle folder>
+#   docker build {flag}-f Dockerfile -t IMAGE <bundle folder>
 FROM {base}
 LABEL org.opencontainers.image.title="{profile.model} {profile.name}" \\
       trtllm-pipeline.profile-id="{profile.id}" \\
@@ -56,9 +69,10 @@ COPY . {MODEL_MOUNT}/
 """
 
 
-def next_steps(spec: K8sSpec, out: Path, bundle_dir: Path) -> tuple[str, ...]:
+def next_steps(profile: BuildProfile, spec: K8sSpec, out: Path, bundle_dir: Path) -> tuple[str, ...]:
     """The commands that put the bundle in the model store and deploy (printed, and in DEPLOY.md)."""
-    build = f"docker build -f {out / 'Dockerfile'} -t {{image}} {bundle_dir} && docker push {{image}}"
+    platform = _platform(profile)
+    build = f"docker build {f'--platform {platform} ' if platform else ''}-f {out / 'Dockerfile'} -t {{image}} {bundle_dir} && docker push {{image}}"
     apply = f"kubectl apply -k {out}"
     if spec.model_store == "image":
         return (build.format(image=spec.image), apply)

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import GpuSpec
 from pipeline.core.versions import TRITON_IMAGE
 
 
@@ -50,7 +51,7 @@ class K8sSpec(BaseModel):
     bundle_image: str | None = Field(None, description="pvc: the image built from the generated Dockerfile; a Job copies it into the claim")
     base_image: str | None = Field(None, description="FROM of the generated Dockerfile (default: the pinned Triton image)")
     hf_token_secret: str = "hf-token"
-    gpus_per_node: int = Field(8, ge=1, le=64)
+    gpus_per_node: int | None = Field(None, ge=1, le=64, description="GPUs per node (default: the GPU's, node_sized)")
     queue_ratio_target: float = Field(1.0, gt=0, description="HPA target of trtllm-serve (--api openai): queue time per unit of compute time")
     exit_timeout_s: int = Field(60, ge=1, description="tritonserver --exit-timeout-secs")
     startup_timeout_s: int | None = Field(None, ge=60)
@@ -100,6 +101,10 @@ class K8sSpec(BaseModel):
             raise InvalidInputError(f"--min-replicas {low} is larger than --max-replicas {high}.",
                                     hint="Swap them or raise --max-replicas.")
         return low, high
+
+    def node_sized(self, gpu: GpuSpec) -> "K8sSpec":
+        """This spec with --gpus-per-node filled in from the GPU's node where the user gave none."""
+        return self if self.gpus_per_node else self.model_copy(update={"gpus_per_node": gpu.gpus_per_node})
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")

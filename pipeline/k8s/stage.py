@@ -70,6 +70,7 @@ def render_manifests(profile: BuildProfile, spec: K8sSpec, served: Served | None
     if not gpu.is_cpu and not gpu.product_label:
         raise UnsupportedError(f"The GPU table has no nvidia.com/gpu.product label for {gpu.key}.",
                                hint="Add its GPU Feature Discovery product label to pipeline/data/gpus.json.")
+    spec = spec.node_sized(gpu)
     layout = layout or plan_layout(profile, gpu, spec.gpus_per_node)
     one_pod_per_replica(layout, spec, served.serving)
     ctx = Ctx(profile, gpu, spec, layout, spec.name or default_name(profile, spec.api), served)
@@ -107,6 +108,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
         raise InvalidInputError(f"Engine folder {engine_dir} does not exist.", hint="Run `pipeline build` first or fix --engine.")
     profile = profile_from_engine(engine_dir)
     serving = serving_for(spec, engine_dir, profile)
+    spec = spec.node_sized(get_gpu(profile.gpu))
     layout = plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node)
     one_pod_per_replica(layout, spec, serving)  # before any bundle
     size = engine_bytes(engine_dir)  # with a draft-target build's <build>/draft/: the server loads both
@@ -133,7 +135,7 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
               "bundle_dir": str(bundle_dir), "engine_bytes": size, "draft_bytes": draft_size, "triton_image": TRITON_IMAGE, "renderer": _renderer_hash()}
     inputs_hash = sha256_json(inputs)
     names = list(files) + ["kustomization.yaml", "Dockerfile", "DEPLOY.md"]
-    steps = next_steps(spec, out, bundle_dir)
+    steps = next_steps(profile, spec, out, bundle_dir)
     result = K8sResult(out_dir=out, profile_id=profile.id, profile_name=profile.name, kind=layout.kind,
                        replicas=spec.replicas, pods_per_replica=layout.pods_per_replica, gpus_per_pod=layout.gpus_per_pod,
                        files=tuple(names), skipped=True, validated_with=f"kubernetes-validate --strict {KUBERNETES_VERSION}",

@@ -16,9 +16,12 @@ from pipeline.k8s.stores import fetch_container, wait_container
 def _affinity(ctx: Ctx) -> dict[str, Any] | None:
     if ctx.cpu:
         return None
+    expressions = [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [ctx.gpu.product_label]}]
+    if ctx.gpu.host_arch:  # a Grace superchip's node is arm64: stated beside the product label, as the image must match it
+        expressions.append({"key": "kubernetes.io/arch", "operator": "In", "values": [ctx.gpu.host_arch]})
     return {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "nvidia.com/gpu.product", "operator": "In", "values": [ctx.gpu.product_label]}]}]}},
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": expressions}]}},
         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
             "labelSelector": {"matchLabels": dict(ctx.serving_selector)}, "topologyKey": "kubernetes.io/hostname"}}]},
     }

@@ -103,3 +103,13 @@ def test_every_named_modelopt_config_exists():
     assert set(named) == {"fp8", "int8_sq", "int8_wo", "int4_awq", "w4a8_awq", "nvfp4"}
     for name, attribute in named.items():
         assert isinstance(getattr(mtq, attribute, None), dict), (name, attribute)
+
+
+def test_only_grace_superchips_fix_their_nodes_arch_and_size():
+    """GH200 and GB200 share a board with a Grace (Arm) CPU: their nodes are arm64. A GB200 NVL72 compute tray holds
+    four GPUs; every other GPU's node is taken as an 8-GPU HGX board unless the user says otherwise."""
+    table = gpu_table()
+    assert {key for key, gpu in table.items() if gpu.host_arch} == {"gh200", "gb200"}
+    for key in ("gh200", "gb200"):
+        assert table[key].host_arch == "arm64" and key.upper() in table[key].product_label
+    assert {key: gpu.gpus_per_node for key, gpu in table.items() if gpu.gpus_per_node != 8} == {"gb200": 4}

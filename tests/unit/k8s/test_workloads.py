@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.cli import run
 from pipeline.core.gpus import get_gpu
-from pipeline.k8s import HPA_MODEL, LIVE_PATH, READY_PATH
+from pipeline.k8s import HPA_MODEL, LIVE_PATH, READY_PATH, K8sSpec, render_k8s
 
 from k8s_cases import CASES, PLANTED_TOKEN, all_docs, make_engine, one, pod_templates, render, triton
 
@@ -27,8 +27,32 @@ def test_gpus_match_world_size_and_gpu_table(build_root: Path, case: str) -> Non
         assert expressions == [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [get_gpu(profile.gpu).product_label]}]
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in template["spec"]["tolerations"]
     assert total == profile.world_size
-    kind = "LeaderWorkerSet" if profile.world_size > 8 else "Deployment"
+    kind = "LeaderWorkerSet" if profile.world_size > get_gpu(profile.gpu).gpus_per_node else "Deployment"
     assert any(d["kind"] == kind for d in all_docs(folder))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "cpu-reference"])
+def test_grace_nodes_are_arm64_and_the_images_built_for_them(build_root: Path, case: str) -> None:
+    """A GB200 pod lands only on an arm64 node (its Grace CPU), four GPUs to a node (an NVL72 compute tray), and the
+    bundle image is built for linux/arm64; an HGX GPU's pods and images name no architecture."""
+    profile, _ = make_engine(build_root, **CASES[case])
+    result = render_k8s(K8sSpec(profile_id=profile.id, model_store="image", image="registry.example/llm:1"))
+    grace = get_gpu(profile.gpu).host_arch == "arm64"
+    for _role, template, _pods in pod_templates(result.out_dir):
+        terms = template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        arch = [e for t in terms for e in t["matchExpressions"] if e["key"] == "kubernetes.io/arch"]
+        assert arch == ([{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}] if grace else [])
+        assert triton(template)["resources"]["limits"]["nvidia.com/gpu"] == str(4 if grace else min(profile.world_size, 8))
+    build = result.next_steps[0]
+    assert build.startswith("docker build --platform linux/arm64 -f" if grace else "docker build -f"), build
+    assert ("--platform linux/arm64" in (result.out_dir / "Dockerfile").read_text()) == grace
+    assert any("linux/arm64" in note and "make image PLATFORM=linux/arm64" in note for note in result.notes) == grace
+
+
+def test_gpus_per_node_given_wins_over_the_gpus_own(build_root: Path) -> None:
+    profile, _ = make_engine(build_root, **CASES["gb200-tp8-lws"])
+    result = render_k8s(K8sSpec(profile_id=profile.id, gpus_per_node=8))
+    assert result.kind == "Deployment" and result.gpus_per_pod == 8
 
 
 def test_ports_probes_and_shutdown(build_root: Path) -> None:
