@@ -143,7 +143,10 @@ def efficiency_for(backend: str) -> Efficiency:
 # Per-GPU all-reduce bandwidth (bytes/s, one direction) and latency by interconnect generation: the estimate where no
 # measured latency applies (measured_allreduce_s: NVLink GPUs of data/trtllm_allreduce_latency.tsv, TP 2, 4, 8).
 NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
-PCIE_BANDWIDTH = 25e9  # PCIe Gen4 x16, effective
+# PCIe x16 by the generation a card of that architecture has, at ~0.78 of its per-direction rate: Gen4 (A10G, L4, L40S:
+# 32 GB/s a direction), Gen5 (RTX PRO 6000 Blackwell Server: 64 GB/s; AIConfigurator 0.12.0 systems/
+# rtx_pro_6000_server.yaml pcie_bw 64e9 "PCIe Gen5 x16", l40s.yaml pcie_bw 32e9 "pcie 4.0").
+PCIE_BANDWIDTH = {"ampere": 25e9, "ada": 25e9, "blackwell": 50e9}
 # TP beyond one HGX board's 8 GPUs crosses nodes: the all-reduce then runs at the node's fabric, one InfiniBand NIC per GPU
 # as NVIDIA's DGX systems ship them (DGX A100: 8x 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR).
 GPUS_PER_NODE = 8
@@ -344,7 +347,7 @@ def link_bandwidth(gpu: GpuSpec, tp: int = 1) -> tuple[float, float]:
         return INTERNODE_BANDWIDTH.get(gpu.architecture, 25e9), ALLREDUCE_LATENCY_S["internode"]
     if gpu.nvlink:
         return NVLINK_BANDWIDTH.get(gpu.architecture, 300e9), ALLREDUCE_LATENCY_S["nvlink"]
-    return PCIE_BANDWIDTH, ALLREDUCE_LATENCY_S["pcie"]
+    return PCIE_BANDWIDTH.get(gpu.architecture, 25e9), ALLREDUCE_LATENCY_S["pcie"]
 
 
 def require_figures(gpu: GpuSpec) -> None:

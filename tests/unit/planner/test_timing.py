@@ -42,6 +42,21 @@ def test_tensor_parallel_speeds_up_prefill_and_decode(llama8b: P.ModelSpec) -> N
     assert step.allreduce_s > 0 and pcie.tpot_ms > 0
 
 
+def test_pcie_all_reduce_runs_at_the_cards_pcie_generation(llama8b: P.ModelSpec) -> None:
+    """Without NVLink the TP all-reduce crosses PCIe x16: Gen5 on the RTX PRO 6000 Blackwell (64 GB/s a direction),
+    Gen4 on the L40S (32 GB/s), so the same message takes half the transfer time on the first."""
+    from pipeline.core.gpus import get_gpu
+    from pipeline.planner.rates import ALLREDUCE_EFFICIENCY, link_bandwidth
+
+    (gen5, latency5), (gen4, latency4) = link_bandwidth(get_gpu("rtx-pro-6000"), 2), link_bandwidth(get_gpu("l40s"), 2)
+    assert gen5 == pytest.approx(2 * gen4) and latency5 == latency4
+    load = P.StepLoad(decode=64, decode_context=2048, prefill_tokens=0, prefill_context=0)
+    blackwell = P.step_time(P.Scenario(llama8b, "rtx-pro-6000", "fp8", "fp8", 2, 1024, 1024), load).allreduce_s
+    ada = P.step_time(P.Scenario(llama8b, "l40s", "fp8", "fp8", 2, 1024, 1024), load).allreduce_s
+    transfer = 2 * llama8b.num_layers * (64 * llama8b.hidden_size * 2) / ALLREDUCE_EFFICIENCY  # 2 calls a layer; ring 2(tp-1)/tp = 1
+    assert ada - blackwell == pytest.approx(transfer / gen4 - transfer / gen5)
+
+
 def test_queueing_beyond_capacity(llama8b: P.ModelSpec) -> None:
     build = P.recommend_build(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), "latency")
     at_cap = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), build["max_batch_size"], build=build)
