@@ -34,9 +34,9 @@ def notes_for(profile: BuildProfile, spec: K8sSpec, serving: Serving = "ensemble
         notes.append(f"the generated Dockerfile builds FROM {TRITON_IMAGE}; for the reference runtime's image pass "
                      "--base-image <an image with the pipeline> (the project's Dockerfile image)")
     if platform := _platform(profile):
-        notes.append(f"{profile.gpu} nodes run an Arm Grace CPU: the pods are pinned to kubernetes.io/arch="
-                     f"{platform.split('/')[1]}, and the serving image and the bundle image must be built for {platform} "
-                     f"(docker build --platform {platform}; the project's image: make image PLATFORM={platform})")
+        notes.append(f"{profile.gpu} nodes run an Arm Grace CPU: the pods require kubernetes.io/arch="
+                     f"{get_gpu(profile.gpu).host_arch}, and the serving image and the bundle image must be built for "
+                     f"{platform} (docker build --platform {platform}; the project's image: make image PLATFORM={platform})")
     if profile.world_size > spec.gpus_per_node:
         notes.append("multi-node: the serving image needs kubectl (mpirun reaches the worker pods through "
                      "`kubectl exec`) and the LeaderWorkerSet controller must be installed")

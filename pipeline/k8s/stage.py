@@ -108,8 +108,9 @@ def render_k8s(spec: K8sSpec) -> K8sResult:
         raise InvalidInputError(f"Engine folder {engine_dir} does not exist.", hint="Run `pipeline build` first or fix --engine.")
     profile = profile_from_engine(engine_dir)
     serving = serving_for(spec, engine_dir, profile)
-    spec = spec.node_sized(get_gpu(profile.gpu))
-    layout = plan_layout(profile, get_gpu(profile.gpu), spec.gpus_per_node)
+    gpu = get_gpu(profile.gpu)
+    spec = spec.node_sized(gpu)
+    layout = plan_layout(profile, gpu, spec.gpus_per_node)
     one_pod_per_replica(layout, spec, serving)  # before any bundle
     size = engine_bytes(engine_dir)  # with a draft-target build's <build>/draft/: the server loads both
     draft = engine_dir / DRAFT_SUBDIR
