@@ -148,7 +148,9 @@ NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
 # rtx_pro_6000_server.yaml pcie_bw 64e9 "PCIe Gen5 x16", l40s.yaml pcie_bw 32e9 "pcie 4.0").
 PCIE_BANDWIDTH = {"ampere": 25e9, "ada": 25e9, "blackwell": 50e9}
 # TP beyond one HGX board's 8 GPUs crosses nodes: the all-reduce then runs at the node's fabric, one InfiniBand NIC per GPU
-# as NVIDIA's DGX systems ship them (DGX A100: 8x 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR).
+# as NVIDIA's DGX systems ship them (DGX A100: 8x 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR). This is the
+# NVLink domain, not GpuSpec.gpus_per_node (the GPUs a Kubernetes node holds): a GB200 tray holds 4, but NVL72's NVLink
+# spans 72 GPUs, so a TP 8 GB200 all-reduce stays on NVLink.
 GPUS_PER_NODE = 8
 INTERNODE_BANDWIDTH = {"ampere": 25e9, "hopper": 50e9, "blackwell": 50e9}
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "internode": 30e-6}
