@@ -10,7 +10,7 @@ Run with AIConfigurator's own Python (it needs nothing from the pipeline):
 The rows AIConfigurator itself reads by default: the CUTLASS MoE of the PyTorch flow (`moe_torch_flow_cutlass`, or
 `moe_torch_flow` where the database names no other; not the min-latency or DeepGEMM variants), routing drawn from its
 default power law (alpha 1.01), no expert parallelism (moe_ep_size 1: experts split by TP, as the planner models them),
-the dtypes the planner plans (bfloat16, fp8, nvfp4); the oldest TensorRT-LLM release each GPU's database holds. One line
+the dtypes the planner plans (bfloat16, fp8, nvfp4, and for MXFP4 checkpoints w4a16_mxfp4 and w4a8_mxfp4_mxfp8); the oldest TensorRT-LLM release each GPU's database holds. One line
 per (GPU, dtype, shape, TP): the measured token counts and their latencies, in microseconds, as comma-separated lists.
 """
 
@@ -24,7 +24,7 @@ from allreduce_record import ADDED_SYSTEMS, SYSTEMS, origin, perf_files, write_t
 
 KERNELS = ("moe_torch_flow_cutlass", "moe_torch_flow")
 DISTRIBUTION = "power_law_1.01"
-DTYPES = ("bfloat16", "fp8", "nvfp4")
+DTYPES = ("bfloat16", "fp8", "nvfp4", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8")  # the last two: MXFP4 experts (GPT-OSS)
 SHAPE = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
 COLUMNS = ("gpu", "dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "tokens", "latency_us",
            "kernel_source", "distribution", "system", "trtllm_version", "aiconfigurator_version", "source")

@@ -51,6 +51,7 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
     shipped = P.efficiency_for("tensorrt")
     moe_rows = P.more_model_rows(MOE_PREFIX)
     never = P.compare_published(None, [r for r in P.more_model_rows() if not r["model"].startswith(MOE_PREFIX)])
+    annotate(never)
     eff = fit_moe(moe_rows, shipped) if fit else shipped
     moe = P.compare_published(None, moe_rows, efficiency=eff)
     as_dense = P.compare_published(None, moe_rows, efficiency=replace(shipped, moe_expert_compute=1.0))
@@ -66,7 +67,7 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
     models = sorted({(r["backend"], r["model"]) for r in never})
     return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv", "more_gpus": more_gpus_report(),
             "never_fitted": [{"backend": backend, "model": model, "summary": P.error_summary(rows), "rows": rows,
-                              **_as_dense(backend, model)}
+                              **_as_dense(backend, model), "aiconfigurator": side_by_side(rows)}
                              for backend, model in models
                              for rows in [[r for r in never if (r["backend"], r["model"]) == (backend, model)]]],
             "moe": part}
@@ -121,6 +122,10 @@ def report_lines(report: dict[str, Any]) -> list[str]:
              f"{_mean_signed(m['rows']):+.1f}%"
              + (f"; experts at the dense rate instead of silicon's MoE timings: {m['as_dense']['median_abs_pct_error']:.1f}%, "
                 f"{m['as_dense']['max_abs_pct_error']:.1f}%" if "as_dense" in m else "") for m in report["never_fitted"]]
+    lines += [f"{prefix} {m['backend']} {m['model']} on {entry['gpu']:12s} ({entry['rows']:2d} rows) AIConfigurator median/worst "
+              f"|error| {entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; ours "
+              f"(never fitted) {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%"
+              for m in report["never_fitted"] for entry in m.get("aiconfigurator", [])]
     lines.append(f"{prefix} Mixtral as if dense (MoE constant 1.0): median |error| {moe['as_dense']['median_abs_pct_error']:.1f}%, "
                  f"worst {moe['as_dense']['max_abs_pct_error']:.1f}%; MoE constant {moe['moe_expert_compute']} in sample: "
                  f"{moe['in_sample']['median_abs_pct_error']:.1f}%, {moe['in_sample']['max_abs_pct_error']:.1f}% (not the figure to quote)")

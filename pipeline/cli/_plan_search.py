@@ -58,14 +58,14 @@ def search_command(model: Path, slo: str, isl: int, osl: int, opts: dict) -> Non
     from pipeline.planner.calibrate import fit_calibration, model_identity
     from pipeline.planner.pareto import write_plan_report
     from pipeline.planner.prices import load_prices
-    from pipeline.planner.search import DEFAULT_GPUS, DEFAULT_QUANTS, DEFAULT_TPS, SearchSpec, require_feasible, search
+    from pipeline.planner.search import DEFAULT_GPUS, DEFAULT_TPS, SearchSpec, require_feasible, search
     from pipeline.planner.shapes import model_spec_from_config
     from pipeline.planner.slo import parse_slo
     from pipeline.core.paths import stage_dir
 
     spec = spec_from_options(
         SearchSpec, model=model, slo=parse_slo(slo), isl=isl, osl=osl, rate=opts["rate"],
-        gpus=csv_list(opts["gpus"], DEFAULT_GPUS), quants=csv_list(opts["quant"], DEFAULT_QUANTS),
+        gpus=csv_list(opts["gpus"], DEFAULT_GPUS), quants=csv_list(opts["quant"], ()) or None,
         kv_caches=csv_list(opts["kv_cache"], ()) or None, tps=int_list(opts["tp"], DEFAULT_TPS, "--tp"),
         backend=opts["backend"], batch_sizes=int_list(opts["batch_sizes"], None, "--batch-sizes"),
     )

@@ -16,7 +16,7 @@ from pipeline.planner import PlanResult, PlanSpec, plan
 from pipeline.planner.entry import SpeculationInput
 
 PlanGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key from `pipeline gpus` (one configuration; --slo searches --gpus).")]
-PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16).")]
+PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16). A quantized checkpoint (hf_quant_config.json, config.json quantization_config) is planned as stored.")]
 ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]
 IslOpt = Annotated[int, typer.Option("--isl", min=1, help="Input sequence length (prompt tokens).")]
 OslOpt = Annotated[int, typer.Option("--osl", min=1, help="Output sequence length (generated tokens).")]
@@ -81,7 +81,7 @@ def plan_command(
         raise InvalidInputError(f"--tp {tp}: one size for one configuration.", hint="Give one --tp, or search several with --slo.")
     tp_size = sizes[0]
     spec = PlanSpec(
-        model=model, gpu=gpu, quant=quant or "fp16", kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
+        model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
         speculation=None if speculative_acceptance is None else SpeculationInput(
             acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
@@ -100,8 +100,10 @@ def plan_command(
 
 def _table(result: PlanResult):
     mem, model = result.memory, result.model
+    stored = (f"; checkpoint stored as {model['checkpoint_quant']}" + (f" with {model['expert_weights'].upper()} experts"
+              if model.get("expert_weights") else "")) if model.get("checkpoint_quant") else ""
     rows: list[list[object]] = [
-        ["model", f"{model['name']}: {model['params_b']} B params, {model['layers']} layers, "
+        ["model", f"{model['name']}: {model['params_b']} B params{stored}, {model['layers']} layers, "
                   f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"
                   + "".join(f", {layers} layers windowed to {window} tokens" for window, layers in model.get("sliding_windows", {}).items())
                   + "".join(f", {layers} layers in {chunk}-token chunks" for chunk, layers in model.get("attention_chunks", {}).items())

@@ -15,7 +15,8 @@ from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, 
 from pipeline.planner.published import accuracy_caveats, gpu_caveats
 from pipeline.planner.rates import measured_moe_s
 from pipeline.planner.recommend import recommend
-from pipeline.planner.scenario import Goal, Scenario
+from pipeline.planner.scenario import Goal, Scenario, stored_precision
+from pipeline.planner.shapes import model_spec_from_config
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
@@ -40,8 +41,8 @@ class PlanSpec(BaseModel):
 
     model: Path = Field(description="HF model folder or its config.json")
     gpu: str
-    quant: str = "fp16"
-    kv_cache: str | None = None
+    quant: str | None = None  # None: what the checkpoint declares it stores, else fp16 (scenario.stored_precision)
+    kv_cache: str | None = None  # None: the KV-cache precision the checkpoint was calibrated for, else 16-bit
     tp: int = Field(1, ge=1)
     isl: int = Field(1024, ge=1)
     osl: int = Field(128, ge=1)
@@ -78,8 +79,11 @@ class PlanResult(BaseModel):
 def plan(spec: PlanSpec) -> PlanResult:
     """Memory, build limits and predicted latency/throughput for one model/GPU/precision/TP on one backend (the CPU:
     the reference runtime, with this host's measured figures)."""
-    scenario = Scenario(spec.model, plan_target(spec.gpu), spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
-    model, quant = scenario.model, scenario.quant
+    model = model_spec_from_config(spec.model)
+    kv_cache = spec.kv_cache or model.checkpoint_kv_cache
+    scenario = Scenario(model, plan_target(spec.gpu), stored_precision(model, spec.quant), kv_cache, spec.tp, spec.isl,
+                        spec.osl).check()
+    quant = scenario.quant
     refusal = backend_refusal(spec.backend, scenario.gpu, quant.name, scenario.kv.name)
     if refusal:
         raise UnsupportedError(refusal + ".", hint=f"With --backend pytorch use --quant {'|'.join(HF_QUANT_FORMATS)} and "
@@ -104,7 +108,7 @@ def plan(spec: PlanSpec) -> PlanResult:
     if memory.fits and spec.speculation is not None:
         wanted = spec.speculation
         draft = None if wanted.draft_model is None else Scenario(
-            wanted.draft_model, scenario.gpu, spec.quant, spec.kv_cache, spec.tp, spec.isl, spec.osl).check()
+            wanted.draft_model, scenario.gpu, quant, kv_cache, spec.tp, spec.isl, spec.osl).check()
         speculation = speculation_plan(scenario, SpeculationModel(wanted.acceptance, wanted.max_draft_len, draft),
                                        spec.concurrency, build["max_batch_size"], wanted.tpot_slo_ms)
     return PlanResult(
@@ -117,6 +121,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             # runs them so; engines do not)
             "sliding_windows": {str(w): model.sliding_windows.count(w) for w in sorted(set(model.sliding_windows) - {0})},
             "attention_chunks": {str(c): model.attention_chunks.count(c) for c in sorted(set(model.attention_chunks) - {0})},
+            # how the checkpoint says it is stored (None: it declares nothing: 16-bit weights)
+            "checkpoint_quant": model.checkpoint_quant, "expert_weights": model.expert_weights,
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         backend=spec.backend, memory=memory, fits=memory.fits, alternatives=options, build=build,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.scenario import Scenario, as_kv, as_quant
-from pipeline.planner.shapes import ModelSpec
+from pipeline.planner.shapes import MXFP4_BITS_PER_WEIGHT, ModelSpec
 from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 GIB = 1024**3
@@ -34,11 +34,19 @@ def bits_per_weight(quant: QuantFormat | str) -> float:
     return float(fmt.weight_bits)  # per-tensor / per-channel scales are negligible
 
 
+def expert_bits_per_weight(model: ModelSpec, quant: QuantFormat | str) -> float:
+    """Storage bits per routed-expert weight: the checkpoint's own where it stores its experts apart (GPT-OSS's MXFP4),
+    else the precision's."""
+    return MXFP4_BITS_PER_WEIGHT if model.expert_weights == "mxfp4" else bits_per_weight(quant)
+
+
 def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
-    """Bytes of the whole model's weights: linear layers at the format's bits (plus group scales),
-    embeddings, lm_head and norms in 16-bit (the quantizers leave those unquantized)."""
+    """Bytes of the whole model's weights: linear layers at the format's bits (plus group scales; routed experts at
+    expert_bits_per_weight), embeddings, lm_head and norms in 16-bit (the quantizers leave those unquantized)."""
     fmt = as_quant(quant)
-    linear = model.num_layers * model.matmul_params_per_layer * bits_per_weight(fmt) / 8
+    experts = model.routed_expert_params
+    linear = ((model.num_layers * model.matmul_params_per_layer - experts) * bits_per_weight(fmt)
+              + experts * expert_bits_per_weight(model, fmt)) / 8
     linear += model.num_layers * model.num_experts * model.hidden_size * 4 if fmt.is_quantized else 0  # per-channel scales
     sixteen_bit = (model.embedding_params + model.lm_head_params + model.norm_params) * 2
     return int(linear + sixteen_bit)
@@ -64,7 +72,7 @@ def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: i
     total = weight_bytes_per_gpu(model, quant, tp)
     if not model.moe_layer_count:
         return float(total)
-    routed = model.routed_expert_params * bits_per_weight(quant) / 8 / tp
+    routed = model.routed_expert_params * expert_bits_per_weight(model, quant) / 8 / tp
     touched = 1 - (1 - model.experts_per_token / model.num_experts) ** max(tokens, 1.0) if routed_experts else 0.0
     return total - routed * (1 - touched)
 

@@ -17,7 +17,9 @@ from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec, model_spec_from_dict
 from pipeline.planner.timing import ThroughputEstimate, max_throughput
 
-# FP8 and FP4 rows: NVIDIA's FP8/NVFP4 checkpoints with an FP8 KV cache; FP16/BF16: a 16-bit KV cache.
+# FP8 and FP4 rows: NVIDIA's FP8/NVFP4 checkpoints with an FP8 KV cache; FP16/BF16: a 16-bit KV cache. MXFP4 rows (GPT-OSS):
+# OpenAI's checkpoints as they are, with the KV cache of the 1.2-dev page's options (NVIDIA/TensorRT-LLM@03e27c7d
+# docs/source/developer-guide/perf-overview.md, GPT-OSS llm_options.yml): FP8, "Hopper: use auto".
 _PUBLISHED_PRECISIONS = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("fp16", "auto"), "BF16": ("bf16", "auto")}
 PUBLISHED_KV_FRACTION = 0.95  # the perf-overview runs use --kv_cache_free_gpu_mem_fraction 0.95
 BACKENDS = ("tensorrt", "pytorch")
@@ -61,13 +63,16 @@ def published_model(name: str) -> ModelSpec:
 def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
     """The Scenario of one published row (gpu, precision, tp, isl, osl)."""
     precision = str(row["precision"])
+    scenario = Scenario(model, row["gpu"], "bf16", None, int(row["tp"]), int(row["isl"]), int(row["osl"]))
+    if precision.upper() == "MXFP4":  # the checkpoint as published (MXFP4 experts); the page's KV cache: "fp8 # Hopper: use auto"
+        return scenario.replace(quant=model.checkpoint_quant or "bf16", kv="fp8" if scenario.gpu.cc >= 10.0 else "auto")
     try:
         quant, kv = _PUBLISHED_PRECISIONS[precision.upper()]
     except KeyError:
         raise InvalidInputError(
-            f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}."
+            f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
         ) from None
-    return Scenario(model, row["gpu"], quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]))
+    return scenario.replace(quant=quant, kv=kv)
 
 
 # trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
@@ -80,8 +85,19 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
 # then max_num_tokens = max(heuristic, max ISL + max_batch_size)); the 1.0 page's llm_options.yml asks only for CUDA graphs
 # (NVIDIA/TensorRT-LLM@00f37686 docs/source/performance/perf-overview.md). The 0.17 engine runs need chunked context: their
 # max_num_tokens (2048 for the 70B A100 rows) is below ISL 5000/20000, which runs only in chunks.
+# param_count is not the model's: trtllm-bench sums the elements its safetensors hold (bench/build/dataclasses.py @04cba882
+# ModelConfig.get_param_count, safetensors metadata parameter_count), so a checkpoint that packs two FP4 weights to a byte
+# counts half of them, plus one element per scale: MXFP4 experts (GPT-OSS) 1/2 + 1/32 of their weights. Its byte table has no
+# MXFP4 entry (BYTES_PER_ELEM.get(quant_algo, 2)), so those elements count 2 bytes each.
 _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 _GIB = 1024**3
+
+
+def bench_param_count(model: ModelSpec) -> float:
+    """The parameter count trtllm-bench reads from a checkpoint's safetensors (see the comment above)."""
+    if model.expert_weights == "mxfp4":
+        return model.param_count - model.routed_expert_params * (1 - 1 / 2 - 1 / 32)
+    return model.param_count
 
 
 def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[str, Any]:
@@ -89,7 +105,7 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[s
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
     kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
     per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
-    memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - model.param_count * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
+    memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - bench_param_count(model) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
     requests = max(0.0, memory_gib * PUBLISHED_KV_FRACTION / (per_token_gib * (isl + osl)))
     raw_bs = min(requests, 4096)
     if raw_bs < 256:
@@ -162,6 +178,11 @@ _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE sh
                            "+74% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "
                            "bench (pipeline plan --calibrate)")
 
+_PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 20B and 120B at TP 1 (1.2-dev page; never fitted, "
+                  "experts timed on silicon) came out 25.6% and 21.1% off in the median, 60% and 33% at worst: the large-batch "
+                  "rows on B200 and GB200 up to 60% fast, 120B on H200 up to 33% slow (AIConfigurator, on the same rows: 24% in "
+                  "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
+
 
 def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
@@ -171,6 +192,8 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
         return []
     if backend == "tensorrt":
         return [_ENGINE_MOE.format(share=efficiency.moe_expert_compute)]
+    if model.expert_weights == "mxfp4":
+        return [_PYTORCH_MXFP4]
     if not efficiency.moe_measured or moe_measured is False:
         return [_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP" if efficiency.moe_measured else "")]
     if moe_measured:

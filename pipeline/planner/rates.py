@@ -200,6 +200,13 @@ def _measured_at(sizes: list[float], seconds: list[float], size: float) -> float
 _MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 
 
+def mxfp4_moe_dtype(gpu: GpuSpec) -> str:
+    """The MoE kind an MXFP4 checkpoint's experts run (data/trtllm_moe_latency.tsv's dtype), as TensorRT-LLM's PyTorch
+    backend picks it (tensorrt_llm/_torch/model_config.py @1a0dc5f7 get_mxfp4_quant_algo, CUTLASS MoE): MXFP8
+    activations from SM 100 (Blackwell), 16-bit activations below."""
+    return "w4a8_mxfp4_mxfp8" if gpu.cc >= 10.0 else "w4a16_mxfp4"
+
+
 @lru_cache(maxsize=1)
 def _moe_table() -> dict[tuple[str, str, int, int, int, int, int], tuple[list[float], list[float]]]:
     """(gpu key, dtype, hidden, expert width, top-k, experts, expert TP) -> (token counts, seconds), ascending."""
@@ -214,7 +221,7 @@ def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, 
     """Seconds of one MoE layer's routed experts (routing, permutation, grouped GEMMs, finalize) over `tokens` tokens, as
     measured on silicon for this GPU, dtype, expert shape and expert TP (data/trtllm_moe_latency.tsv: TensorRT-LLM's
     PyTorch-flow CUTLASS MoE); None where the table has no such shape."""
-    dtype = _MOE_DTYPES.get(quant.name)
+    dtype = mxfp4_moe_dtype(gpu) if model.expert_weights == "mxfp4" else _MOE_DTYPES.get(quant.name)
     key = (gpu.key, dtype or "", model.hidden_size, model.expert_width, model.experts_per_token, model.num_experts, tp)
     found = _moe_table().get(key) if model.moe_layer_count else None
     if not found or tokens <= 0:

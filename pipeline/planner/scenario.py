@@ -38,6 +38,31 @@ def as_model(model: ModelSpec | str | Path) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else model_spec_from_config(model)
 
 
+SIXTEEN_BIT = ("fp16", "bf16")
+
+
+def stored_precision(model: ModelSpec, quant: str | None, *, default: str = "fp16") -> str:
+    """The precision to plan `model` at: `quant` where given, else what its checkpoint declares it stores
+    (shapes.checkpoint_precision), else `default`. A quantized checkpoint is planned as it is stored: a --quant its
+    weights are not in is refused (fp16 and bf16 stand for each other), as is one the planner cannot read left unnamed."""
+    declared = model.checkpoint_quant
+    if quant is None:
+        if model.unread_quantization:
+            raise InvalidInputError(
+                f"{model.name}'s checkpoint declares {model.unread_quantization}, which the planner does not read.",
+                hint="Name how its linear layers are stored with --quant (fp8, nvfp4, int4_awq, int8_wo, ...).")
+        return declared or default
+    name = quant_format(quant).name
+    if declared and name != declared and not {name, declared} <= set(SIXTEEN_BIT):
+        stored = declared + (" with MXFP4 experts" if model.expert_weights else "")
+        raise InvalidInputError(
+            f"{model.name} is a quantized checkpoint: its weights are stored as {stored} (config.json quantization_config "
+            f"or hf_quant_config.json), so --quant {name} would plan weights it does not have.",
+            hint=f"Leave --quant out (or pass --quant {declared}); to compare precisions, plan the 16-bit checkpoint it was "
+                 "made from.")
+    return name
+
+
 @dataclass(frozen=True)
 class Scenario:
     """model x gpu x quant x kv cache x tp, serving prompts of `isl` tokens and `osl` generated tokens.

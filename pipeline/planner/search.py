@@ -26,7 +26,7 @@ from pipeline.planner.prices import Price
 from pipeline.planner.published import accuracy_caveats, gpu_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
-from pipeline.planner.scenario import Scenario
+from pipeline.planner.scenario import Scenario, stored_precision
 from pipeline.planner.shapes import ModelSpec, model_spec_from_config
 from pipeline.planner.slo import (Latency, SloTarget, backend_efficiency, backend_limits, backend_refusal, latency, meets,
                                   shortfall)
@@ -48,7 +48,7 @@ class SearchSpec(BaseModel):
     osl: int = Field(ge=1)
     rate: float | None = None  # requests/s to serve (replicas)
     gpus: tuple[str, ...] = DEFAULT_GPUS
-    quants: tuple[str, ...] = DEFAULT_QUANTS
+    quants: tuple[str, ...] | None = None  # None: the checkpoint's own precision where it declares one, else DEFAULT_QUANTS
     kv_caches: tuple[str, ...] | None = None  # None: the 16-bit cache, and FP8 where the GPU runs it
     tps: tuple[int, ...] = DEFAULT_TPS
     backend: Backend = "tensorrt"
@@ -181,6 +181,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
 
     check_spec(spec)
     model: ModelSpec = model_spec_from_config(spec.model)
+    quants = (tuple(dict.fromkeys(stored_precision(model, q) for q in spec.quants)) if spec.quants
+              else (stored_precision(model, None),) if model.checkpoint_quant or model.unread_quantization else DEFAULT_QUANTS)
     costs = accuracy_costs(spec.model, model.name)
     feasible: list[Candidate] = []
     skipped: dict[str, str] = {}
@@ -194,7 +196,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         def scale(value: Latency) -> Latency:
             return calibration.apply(value) if factors else value  # type: ignore[union-attr]
 
-        for quant in spec.quants:
+        for quant in quants:
             for kv in _kv_options(spec, gpu):
                 for tp in spec.tps:
                     name = f"{tp}x {gpu.key} {quant}/kv-{kv}"

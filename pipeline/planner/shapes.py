@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
 
 
 class ModelSpec(BaseModel):
@@ -41,6 +42,11 @@ class ModelSpec(BaseModel):
     qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm weights on each head's queries and keys
     sliding_windows: tuple[int, ...] = ()  # per layer: the tokens a sliding-window layer attends to, 0 = every token (empty: all)
     attention_chunks: tuple[int, ...] = ()  # per layer: Llama 4's chunk (a token sees its own C-token chunk), 0 = none
+    # What the checkpoint itself declares it stores (checkpoint_precision): None where it declares nothing (16-bit weights)
+    checkpoint_quant: str | None = None  # the planner precision of its linear layers (e.g. "fp8" for NVIDIA's FP8 checkpoints)
+    checkpoint_kv_cache: str | None = None  # the KV-cache precision it was calibrated for ("fp8"), where it names one
+    expert_weights: str | None = None  # "mxfp4": routed experts stored as MXFP4 (GPT-OSS), every other layer at checkpoint_quant
+    unread_quantization: str | None = None  # a quantization the planner cannot read (its quant_method): --quant must name it
 
     def attended_tokens(self, context: float, *, prefill: bool = False) -> float:
         """The tokens a layer attends to, the mean over layers: `context` (a decoding sequence's KV length, or for
@@ -160,6 +166,47 @@ def _layer_groups(windows: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[tu
     return tuple((window, chunk, count) for (window, chunk), count in Counter(pairs).items())
 
 
+# What a quantized checkpoint declares, read as TensorRT-LLM's PyTorch backend reads it (tensorrt_llm/_torch/model_config.py
+# @1a0dc5f7 ModelConfig.from_pretrained): ModelOpt's hf_quant_config.json first (load_modelopt_quant_config: quant_algo,
+# kv_cache_quant_algo; "fp8_pb_wo" is FP8_BLOCK_SCALES), else config.json's quantization_config (load_hf_quant_config:
+# quant_method "fp8" with a weight_block_size is FP8_BLOCK_SCALES; "mxfp4" quantizes the MoE experts only, excluding
+# attention, router, embedding and lm_head). Newer ModelOpt exports repeat hf_quant_config.json in config.json as
+# quant_method "modelopt"; AWQ/GPTQ/FP8 checkpoints of other tools name their bits. Each maps to the planner's precision
+# of the same storage (pipeline/core/quant.py).
+_QUANT_ALGO_PRECISION = {
+    **{fmt.quant_algo: name for name, fmt in QUANT_FORMATS.items() if fmt.quant_algo},
+    "FP8_BLOCK_SCALES": "fp8", "FP8_PB_WO": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+}
+_KV_ALGO_PRECISION = {fmt.kv_cache_quant_algo: name for name, fmt in KV_CACHE_FORMATS.items() if fmt.kv_cache_quant_algo}
+MXFP4_BITS_PER_WEIGHT = 4 + 8 / 32  # E2M1 weights, one E8M0 scale per 32 (group_size 32 in load_hf_quant_config)
+
+
+def checkpoint_precision(raw: dict[str, Any]) -> dict[str, str | None]:
+    """The ModelSpec fields that say how a checkpoint is stored, from its config (`quantization_config`, where
+    model_spec_from_config has put hf_quant_config.json's `quantization` as quant_method "modelopt")."""
+    config = raw.get("quantization_config")
+    if not isinstance(config, dict) or not config:
+        return {}
+    method = str(config.get("quant_method") or "").lower()
+    sixteen_bit = "fp16" if str(raw.get("torch_dtype") or raw.get("dtype") or "").lower() in ("float16", "fp16") else "bf16"
+    if method == "modelopt":
+        algo = str(config.get("quant_algo") or "").upper() or None
+        kv = str(config.get("kv_cache_quant_algo") or "").upper() or None
+        precision = _QUANT_ALGO_PRECISION.get(algo) if algo else sixteen_bit
+        kv_precision = _KV_ALGO_PRECISION.get(kv) if kv else None
+        if precision is None or (kv and kv_precision is None):
+            return {"unread_quantization": f"ModelOpt quant_algo {algo}, kv_cache_quant_algo {kv}"}
+        return {"checkpoint_quant": precision, "checkpoint_kv_cache": kv_precision}
+    if method == "mxfp4":
+        return {"checkpoint_quant": sixteen_bit, "expert_weights": "mxfp4"}
+    if method in ("fp8", "fbgemm_fp8"):
+        return {"checkpoint_quant": "fp8"}
+    bits = config.get("bits") or config.get("w_bit")
+    if method in ("awq", "gptq") and bits in (4, 8):
+        return {"checkpoint_quant": "int4_awq" if bits == 4 else "int8_wo"}
+    return {"unread_quantization": f"quant_method {method or '(none)'}"}
+
+
 def _config_path(path: str | Path) -> Path:
     candidate = Path(path).expanduser()
     if candidate.is_dir():
@@ -180,6 +227,14 @@ def model_spec_from_config(path: str | Path) -> ModelSpec:
     except (OSError, json.JSONDecodeError) as error:
         raise InvalidInputError(f"Cannot read {config_file}: {error}", hint="Pass a valid HF config.json.") from None
     name = config_file.parent.name if config_file.name == "config.json" else config_file.stem
+    modelopt = config_file.parent / "hf_quant_config.json"
+    if config_file.name == "config.json" and isinstance(raw, dict) and modelopt.is_file():  # read first, as TensorRT-LLM does
+        try:
+            quantization = json.loads(modelopt.read_text(encoding="utf-8")).get("quantization")
+        except (OSError, json.JSONDecodeError, AttributeError) as error:
+            raise InvalidInputError(f"Cannot read {modelopt}: {error}", hint="Pass a valid ModelOpt hf_quant_config.json.") from None
+        if isinstance(quantization, dict):
+            raw = {**raw, "quantization_config": {**quantization, "quant_method": "modelopt"}}
     return model_spec_from_dict(raw, name, source=str(config_file))
 
 
@@ -229,6 +284,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         sliding_windows=_sliding_windows(raw, int(raw["num_hidden_layers"])),
         attention_chunks=_attention_chunks(raw, int(raw["num_hidden_layers"])),
         **moe,
+        **checkpoint_precision(raw),
     )
 
 

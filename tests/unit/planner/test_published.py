@@ -186,26 +186,36 @@ def test_comparison_is_computed_from_the_recorded_table() -> None:
 # MoE constant alone, and its figure holds one Mixtral out. As if dense (the constant at 1.0), Mixtral came out 14.6% fast in
 # the median and 49.1% at worst.
 NEVER_FITTED = {("tensorrt", "mistral-7b"): (3.5, 8.1), ("pytorch", "qwen3-30b-a3b"): (14.1, 47.4),
-                ("pytorch", "llama-4-scout"): (12.5, 23.7)}
+                ("pytorch", "llama-4-scout"): (12.5, 23.7), ("pytorch", "gpt-oss-20b"): (25.6, 59.6),
+                ("pytorch", "gpt-oss-120b"): (21.1, 32.6)}
 # the PyTorch rows with the routed experts at the dense GEMM rate instead of silicon's MoE layer timings
-PYTORCH_MOE_AS_DENSE = {"qwen3-30b-a3b": (73.8, 231.6), "llama-4-scout": (56.6, 87.7)}
+PYTORCH_MOE_AS_DENSE = {"qwen3-30b-a3b": (73.8, 231.6), "llama-4-scout": (56.6, 87.7), "gpt-oss-20b": (55.4, 134.0),
+                        "gpt-oss-120b": (31.4, 75.3)}
+# AIConfigurator's recorded estimates of the never-fitted rows it answers, per model and GPU: (its median, worst |error| %),
+# (ours on the same rows). Llama 4 Scout: it refused every row (OOM).
+NEVER_FITTED_AIC = {("gpt-oss-20b", "b200"): ((53.6, 57.5), (48.2, 59.6)), ("gpt-oss-20b", "h200"): ((9.3, 30.6), (13.2, 47.2)),
+                    ("gpt-oss-20b", "h100-sxm"): ((7.7, 40.1), (9.6, 34.4)), ("gpt-oss-120b", "h200"): ((17.2, 24.0), (21.1, 32.6)),
+                    ("qwen3-30b-a3b", "b200"): ((12.4, 38.1), (18.3, 23.0))}
 MIXTRAL_MODEL_HELD_OUT = (5.5, 21.3)
 
 
 def test_more_models_table_names_its_source_and_every_model_its_shapes() -> None:
     rows = P.more_model_rows()
-    assert {r["model"] for r in rows} == {"mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "llama-4-scout"}
-    assert len(rows) == 206 and not {r["model"] for r in rows} & {r["model"] for r in published_rows()}  # no fit saw them
+    assert {r["model"] for r in rows} == {"mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "llama-4-scout",
+                                          "gpt-oss-20b", "gpt-oss-120b"}
+    assert len(rows) == 227 and not {r["model"] for r in rows} & {r["model"] for r in published_rows()}  # no fit saw them
     pages = {"0.17": ("tensorrt", "258c7540c03517def55d9a5aadfa9288af474e1b", range(107, 161), "total"),
              "1.0": ("pytorch", "00f37686aa854010d68bcbd0f4ab000221541ca6", [*range(65, 75), *range(149, 159)], "total"),
-             "1.2-dev": ("pytorch", "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d", range(239, 245), "per_gpu")}
+             "1.2-dev": ("pytorch", "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d", [*range(121, 127), *range(138, 144), *range(239, 245)],
+                         "per_gpu")}
     for r in rows:
         backend, commit, lines, unit = pages[r["trtllm_version"]]
         assert r["backend"] == backend and r["commit"] == commit and int(r["line"]) in lines and r["published_unit"] == unit
         assert r["tokens_per_s"] == str(int(r["published_value"]) * int(r["tp"]) if unit == "per_gpu" else r["published_value"])
-    # the parameter counts their makers publish: 7.3B, 46.7B, 141B, 30.5B, 109B (107.8B without the vision encoder)
+        assert (r["precision"] == "MXFP4") == r["model"].startswith("gpt-oss")  # OpenAI's checkpoints as published
+    # the parameter counts their makers publish: 7.3B, 46.7B, 141B, 30.5B, 109B (107.8B without the vision encoder), 21B, 117B
     for model, count in (("mistral-7b", 7.24e9), ("mixtral-8x7b", 46.7e9), ("mixtral-8x22b", 140.6e9),
-                         ("qwen3-30b-a3b", 30.5e9), ("llama-4-scout", 107.8e9)):
+                         ("qwen3-30b-a3b", 30.5e9), ("llama-4-scout", 107.8e9), ("gpt-oss-20b", 20.9e9), ("gpt-oss-120b", 116.8e9)):
         assert P.published_model(model).param_count == pytest.approx(count, rel=0.01), model
 
 
@@ -241,6 +251,12 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     assert set(as_dense) == set(PYTORCH_MOE_AS_DENSE)
     for model, figures in PYTORCH_MOE_AS_DENSE.items():
         assert (as_dense[model]["median_abs_pct_error"], as_dense[model]["max_abs_pct_error"]) == pytest.approx(figures, abs=0.1)
+    beside = {(m["model"], e["gpu"]): e for m in report["never_fitted"] for e in m["aiconfigurator"]}
+    assert set(beside) == set(NEVER_FITTED_AIC)
+    for key, (theirs, ours) in NEVER_FITTED_AIC.items():
+        e = beside[key]
+        assert (e["aiconfigurator_median_abs_pct_error"], e["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1), key
+        assert (e["ours_in_sample_median_abs_pct_error"], e["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1), key
     moe = report["moe"]
     assert moe["moe_expert_compute"] == pytest.approx(efficiency_for("tensorrt").moe_expert_compute, abs=0.005)
     pooled = moe["cross_validated"]["model"]
@@ -263,6 +279,13 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     dense_figures = f"+{as_dense['qwen3-30b-a3b']['median_abs_pct_error']:.0f}% and +{as_dense['llama-4-scout']['median_abs_pct_error']:.0f}%"
     assert dense_figures in unmeasured and dense_figures in either and either.startswith(measured)
     assert accuracy_caveats(P.published_model("llama-3.1-8b"), "pytorch", pytorch) == []
+    gpt_oss, = accuracy_caveats(P.published_model("gpt-oss-20b"), "pytorch", pytorch, moe_measured=True)
+    small, large = never[("pytorch", "gpt-oss-20b")], never[("pytorch", "gpt-oss-120b")]
+    assert f"{small['median_abs_pct_error']:.1f}% and {large['median_abs_pct_error']:.1f}% off in the median" in gpt_oss
+    assert f"{small['max_abs_pct_error']:.0f}% and {large['max_abs_pct_error']:.0f}% at worst" in gpt_oss
+    aic_rows = [r for m in report["never_fitted"] if m["model"].startswith("gpt-oss") for r in m["rows"] if "aiconfigurator_error_pct" in r]
+    theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in aic_rows]
+    assert len(aic_rows) == 21 and f"{P.median_abs_pct_error(theirs):.0f}% in the median, {max(abs(r['error_pct']) for r in theirs):.0f}% at worst" in gpt_oss
 
 
 # GPUs outside the fit (pipeline/data/trtllm_published_throughput_more_gpus.tsv; the GPUs' figures are
@@ -278,6 +301,7 @@ MORE_GPUS = {
     ("rtx-pro-6000", "llama-3.3-70b", "1.2-dev"): (2.2, 9.8, (7.9, 8.2)),
     ("rtx-pro-6000", "qwen3-30b-a3b", "1.0"): (7.4, 24.7, (69.3, 90.3)),
     ("rtx-pro-6000", "qwen3-30b-a3b", "1.2-dev"): (6.2, 18.4, (64.8, 73.7)),
+    ("gb200", "gpt-oss-20b", "1.2-dev"): (48.6, 62.3, (54.4, 57.7)), ("gb200", "gpt-oss-120b", "1.2-dev"): (22.7, 31.7, (63.8, 75.9)),
 }
 
 
@@ -287,19 +311,20 @@ def test_more_gpus_table_names_its_source_and_no_fit_sees_it() -> None:
 
     rows = P.more_gpu_rows()
     added = {r["key"] for r in packaged_fact_rows("gpus_added.tsv")}
-    assert len(rows) == 79 and {r["gpu"] for r in rows} == added == {"gb200", "rtx-pro-6000"}
+    assert len(rows) == 91 and {r["gpu"] for r in rows} == added == {"gb200", "rtx-pro-6000"}
     fitted = [*published_rows(), *P.more_model_rows()]
     assert not added & {r["gpu"] for r in fitted}  # no fit of either backend ever sees these GPUs
     first_line = {  # each table's first row on its page: the GB200 column's, then the RTX PRO 6000 tables' one-GPU column
         ("1.0", "gb200"): {"llama-4-scout": 65, "llama-3.3-70b": 92, "qwen3-30b-a3b": 149, "llama-3.1-405b": 206},
         ("1.0", "rtx-pro-6000"): {"llama-3.3-70b": 106, "qwen3-30b-a3b": 163},
-        ("1.2-dev", "gb200"): {"llama-3.3-70b": 155, "qwen3-30b-a3b": 239},
+        ("1.2-dev", "gb200"): {"llama-3.3-70b": 155, "qwen3-30b-a3b": 239, "gpt-oss-120b": 121, "gpt-oss-20b": 138},
         ("1.2-dev", "rtx-pro-6000"): {"llama-3.3-70b": 173, "qwen3-30b-a3b": 258},
     }
     pages = {"1.0": ("00f37686aa854010d68bcbd0f4ab000221541ca6", "total"), "1.2-dev": ("03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d", "per_gpu")}
     for r in rows:
         first = first_line[(r["trtllm_version"], r["gpu"])][r["model"]]
-        assert first <= int(r["line"]) < first + 10 and r["pp"] == "1" and r["precision"] == "FP4" and r["backend"] == "pytorch"
+        assert first <= int(r["line"]) < first + 10 and r["pp"] == "1" and r["backend"] == "pytorch"
+        assert r["precision"] == ("MXFP4" if r["model"].startswith("gpt-oss") else "FP4")
         assert (r["commit"], r["published_unit"]) == pages[r["trtllm_version"]] and r["tp"] in ("1", "4")
         per_gpu = r["published_unit"] == "per_gpu"  # 1.0 publishes the TP group's total, 1.2-dev per GPU
         assert r["tokens_per_s"] == str(int(r["published_value"]) * (int(r["tp"]) if per_gpu else 1))
