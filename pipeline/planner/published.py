@@ -93,11 +93,18 @@ _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 _GIB = 1024**3
 
 
-def bench_param_count(model: ModelSpec) -> float:
-    """The parameter count trtllm-bench reads from a checkpoint's safetensors (see the comment above)."""
-    if model.expert_weights == "mxfp4":
-        return model.param_count - model.routed_expert_params * (1 - 1 / 2 - 1 / 32)
-    return model.param_count
+# Elements a checkpoint stores per weight of its quantized linear layers: NVFP4 (ModelOpt: E2M1 pairs in a byte, an FP8
+# scale per 16; trtllm_pytorch_checkpoint.json's NVFP4LinearMethod) 1/2 + 1/16; MXFP4 experts 1/2 + 1/32.
+_STORED_ELEMENTS = {"nvfp4": 1 / 2 + 1 / 16}
+_MXFP4_STORED_ELEMENTS = 1 / 2 + 1 / 32
+
+
+def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:
+    """The parameter count trtllm-bench reads from a checkpoint of `model` at `quant` (see the comment above)."""
+    linear = model.num_layers * model.matmul_params_per_layer
+    experts = model.routed_expert_params if model.expert_weights == "mxfp4" else 0
+    packed = _STORED_ELEMENTS.get(quant, 1.0)
+    return model.param_count - linear + (linear - experts) * packed + experts * _MXFP4_STORED_ELEMENTS
 
 
 def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[str, Any]:
@@ -105,7 +112,7 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[s
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
     kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
     per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
-    memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - bench_param_count(model) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
+    memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - bench_param_count(model, scenario.quant.name) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
     requests = max(0.0, memory_gib * PUBLISHED_KV_FRACTION / (per_token_gib * (isl + osl)))
     raw_bs = min(requests, 4096)
     if raw_bs < 256:
@@ -172,14 +179,14 @@ _ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {shar
                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
 _PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
                          "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
-                         "out 14.1% and 12.5% off in the median, 47% and 24% at worst")
+                         "out 14.1% and 12.4% off in the median, 47% and 24% at worst")
 _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
                            "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
-                           "+74% and +57% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "+74% and +56% fast (median); treat the throughput as an upper bound and calibrate from your own "
                            "bench (pipeline plan --calibrate)")
 
 _PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 20B and 120B at TP 1 (1.2-dev page; never fitted, "
-                  "experts timed on silicon) came out 25.6% and 21.1% off in the median, 60% and 33% at worst: the large-batch "
+                  "experts timed on silicon) came out 25.5% and 20.9% off in the median, 59% and 32% at worst: the large-batch "
                   "rows on B200 and GB200 up to 60% fast, 120B on H200 up to 33% slow (AIConfigurator, on the same rows: 24% in "
                   "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
 
@@ -199,20 +206,20 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
     if moe_measured:
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
-            "which put those rows +74% and +57% fast)"]
+            "which put those rows +74% and +56% fast)"]
 
 
 # What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
 # that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
 _GPU_OUTSIDE_FIT = {
     ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
-                           "(Llama 3.3 70B, Llama 3.1 405B), 4.3% and 4.7% off in the median (13% and 7.6% worst){moe}"),
+                           "(Llama 3.3 70B, Llama 3.1 405B), 4.4% and 4.6% off in the median (13% and 7.4% worst){moe}"),
     ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
-                                  "Qwen3-30B-A3B) came out 13.5% and 7.1% off in the median, 29% and 25% at worst: prefill-bound "
+                                  "Qwen3-30B-A3B) came out 13.3% and 6.7% off in the median, 29% and 24% at worst: prefill-bound "
                                   "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
                                   "(pipeline plan --calibrate)"),
 }
-_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 44% and 35%, mostly fast: those runs published as little as "
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 43% and 35%, mostly fast: those runs published as little as "
               "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "
               "upper bound")
 _GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "
