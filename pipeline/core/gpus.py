@@ -37,6 +37,10 @@ class GpuSpec(BaseModel):
     # GPUs a Kubernetes node of this GPU holds: 8 on an HGX/DGX baseboard; 4 in a GB200 NVL72 compute tray (two GB200
     # superchips of two GPUs each; 18 trays make the rack's 72).
     gpus_per_node: int = 8
+    # GPUs one NVLink fabric joins (TP within it all-reduces over NVLink): an HGX/DGX board's 8; a GB200 NVL72 rack's 72,
+    # whose NVLink switch trays join its 18 compute trays (AIConfigurator 0.12.0 systems/gb200.yaml: num_gpus_per_rack 72,
+    # inter_node_bw 900 GB/s "NVLink via NVSwitch within rack"). Unused where the GPU has no NVLink.
+    nvlink_domain: int = 8
 
     @property
     def usable_memory_gib(self) -> float | None:

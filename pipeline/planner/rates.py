@@ -149,10 +149,10 @@ NVLINK_BANDWIDTH = {"ampere": 300e9, "hopper": 450e9, "blackwell": 900e9}
 # 32 GB/s a direction), Gen5 (RTX PRO 6000 Blackwell Server: 64 GB/s; AIConfigurator 0.12.0 systems/
 # rtx_pro_6000_server.yaml pcie_bw 64e9 "PCIe Gen5 x16", l40s.yaml pcie_bw 32e9 "pcie 4.0").
 PCIE_BANDWIDTH = {"ampere": 25e9, "ada": 25e9, "blackwell": 50e9}
-# TP beyond one HGX board's 8 GPUs crosses nodes: the all-reduce then runs at the node's fabric, one InfiniBand NIC per GPU
-# as NVIDIA's DGX systems ship them (DGX A100: 8x 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR). This is the
-# NVLink domain, not GpuSpec.gpus_per_node (the GPUs a Kubernetes node holds): a GB200 tray holds 4, but NVL72's NVLink
-# spans 72 GPUs, so a TP 8 GB200 all-reduce stays on NVLink.
+# TP beyond the GPU's NVLink domain (GpuSpec.nvlink_domain: one HGX board's 8, a GB200 NVL72 rack's 72) crosses nodes: the
+# all-reduce then runs at the node's fabric, one InfiniBand NIC per GPU as NVIDIA's DGX systems ship them (DGX A100: 8x
+# 200 Gb/s HDR; DGX H100, H200 and B200: 8x 400 Gb/s NDR). Not GpuSpec.gpus_per_node (the GPUs a Kubernetes node holds): a
+# GB200 tray holds 4, but its all-reduce stays on NVLink up to 72. A PCIe card's node: GPUS_PER_NODE.
 GPUS_PER_NODE = 8
 INTERNODE_BANDWIDTH = {"ampere": 25e9, "hopper": 50e9, "blackwell": 50e9}
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "internode": 30e-6}
@@ -352,9 +352,9 @@ def hbm_bandwidth(gpu: GpuSpec) -> float:
 
 
 def link_bandwidth(gpu: GpuSpec, tp: int = 1) -> tuple[float, float]:
-    """(bytes/s, latency s) of one all-reduce hop: across nodes (tp above GPUS_PER_NODE) the InfiniBand NIC, else NVLink
-    by generation, else PCIe."""
-    if tp > GPUS_PER_NODE:
+    """(bytes/s, latency s) of one all-reduce hop: beyond the NVLink domain (a PCIe card's node) the InfiniBand NIC, else
+    NVLink by generation, else PCIe."""
+    if tp > (gpu.nvlink_domain if gpu.nvlink else GPUS_PER_NODE):
         return INTERNODE_BANDWIDTH.get(gpu.architecture, 25e9), ALLREDUCE_LATENCY_S["internode"]
     if gpu.nvlink:
         return NVLINK_BANDWIDTH.get(gpu.architecture, 300e9), ALLREDUCE_LATENCY_S["nvlink"]

@@ -57,6 +57,19 @@ def test_pcie_all_reduce_runs_at_the_cards_pcie_generation(llama8b: P.ModelSpec)
     assert ada - blackwell == pytest.approx(transfer / gen4 - transfer / gen5)
 
 
+def test_gb200_all_reduce_stays_on_nvlink_across_its_rack() -> None:
+    """NVL72's NVLink joins 72 GPUs (18 trays of 4): a TP 16 GB200 all-reduce runs over NVLink, a B200's (8 to a board)
+    over InfiniBand."""
+    from pipeline.core.gpus import get_gpu
+    from pipeline.planner.rates import ALLREDUCE_LATENCY_S, INTERNODE_BANDWIDTH, NVLINK_BANDWIDTH, link_bandwidth
+
+    gb200, b200 = get_gpu("gb200"), get_gpu("b200")
+    assert (gb200.gpus_per_node, gb200.nvlink_domain, b200.nvlink_domain) == (4, 72, 8)
+    assert link_bandwidth(gb200, 16) == link_bandwidth(gb200, 72) == (NVLINK_BANDWIDTH["blackwell"], ALLREDUCE_LATENCY_S["nvlink"])
+    assert link_bandwidth(gb200, 144) == link_bandwidth(b200, 16) == (INTERNODE_BANDWIDTH["blackwell"], ALLREDUCE_LATENCY_S["internode"])
+    assert link_bandwidth(get_gpu("l40s"), 16)[1] == ALLREDUCE_LATENCY_S["internode"]
+
+
 def test_queueing_beyond_capacity(llama8b: P.ModelSpec) -> None:
     build = P.recommend_build(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), "latency")
     at_cap = P.predict(P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 1024, 1024), build["max_batch_size"], build=build)
