@@ -44,7 +44,8 @@ SIXTEEN_BIT = ("fp16", "bf16")
 def stored_precision(model: ModelSpec, quant: str | None, *, default: str = "fp16") -> str:
     """The precision to plan `model` at: `quant` where given, else what its checkpoint declares it stores
     (shapes.checkpoint_precision), else `default`. A quantized checkpoint is planned as it is stored: a --quant its
-    weights are not in is refused (fp16 and bf16 stand for each other), as is one the planner cannot read left unnamed."""
+    weights are not in is refused (fp16 and bf16 stand for each other; a checkpoint of 16-bit weights may be planned at
+    any precision, as its source could be), as is a quantization the planner cannot read left unnamed."""
     declared = model.checkpoint_quant
     if quant is None:
         if model.unread_quantization:
@@ -53,7 +54,8 @@ def stored_precision(model: ModelSpec, quant: str | None, *, default: str = "fp1
                 hint="Name how its linear layers are stored with --quant (fp8, nvfp4, int4_awq, int8_wo, ...).")
         return declared or default
     name = quant_format(quant).name
-    if declared and name != declared and not {name, declared} <= set(SIXTEEN_BIT):
+    quantized = declared and (declared not in SIXTEEN_BIT or model.expert_weights)  # 16-bit weights: any --quant is a what-if
+    if quantized and name != declared and not {name, declared} <= set(SIXTEEN_BIT):
         stored = declared + (" with MXFP4 experts" if model.expert_weights else "")
         raise InvalidInputError(
             f"{model.name} is a quantized checkpoint: its weights are stored as {stored} (config.json quantization_config "

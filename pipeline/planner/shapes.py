@@ -171,7 +171,8 @@ def _layer_groups(windows: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[tu
 # kv_cache_quant_algo; "fp8_pb_wo" is FP8_BLOCK_SCALES), else config.json's quantization_config (load_hf_quant_config:
 # quant_method "fp8" with a weight_block_size is FP8_BLOCK_SCALES; "mxfp4" quantizes the MoE experts only, excluding
 # attention, router, embedding and lm_head). Newer ModelOpt exports repeat hf_quant_config.json in config.json as
-# quant_method "modelopt"; AWQ/GPTQ/FP8 checkpoints of other tools name their bits. Each maps to the planner's precision
+# quant_method "modelopt", and a TensorRT-LLM checkpoint's config.json names the same QuantAlgo values under `quantization`;
+# AWQ/GPTQ/FP8 checkpoints of other tools name their bits. Each maps to the planner's precision
 # of the same storage (pipeline/core/quant.py).
 _QUANT_ALGO_PRECISION = {
     **{fmt.quant_algo: name for name, fmt in QUANT_FORMATS.items() if fmt.quant_algo},
@@ -185,6 +186,9 @@ def checkpoint_precision(raw: dict[str, Any]) -> dict[str, str | None]:
     """The ModelSpec fields that say how a checkpoint is stored, from its config (`quantization_config`, where
     model_spec_from_config has put hf_quant_config.json's `quantization` as quant_method "modelopt")."""
     config = raw.get("quantization_config")
+    engine_checkpoint = raw.get("quantization")  # a TensorRT-LLM checkpoint's config.json (`pipeline convert`): QuantAlgo names
+    if not isinstance(config, dict) and isinstance(engine_checkpoint, dict) and "quant_algo" in engine_checkpoint:
+        config = {**engine_checkpoint, "quant_method": "modelopt"}
     if not isinstance(config, dict) or not config:
         return {}
     method = str(config.get("quant_method") or "").lower()

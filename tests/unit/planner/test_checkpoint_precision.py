@@ -56,6 +56,14 @@ def test_what_a_checkpoint_declares(config: dict, expected: dict) -> None:
     assert checkpoint_precision({}) == checkpoint_precision({"quantization_config": {}}) == {}
 
 
+def test_a_tensorrt_llm_checkpoint_names_its_quant_algo() -> None:
+    """`pipeline convert --format trtllm` writes TensorRT-LLM's config.json: QuantAlgo values under `quantization`."""
+    engine = {"quantization": {"quant_algo": "W4A16", "kv_cache_quant_algo": "INT8"}}
+    assert checkpoint_precision(engine) == {"checkpoint_quant": "int4_wo", "checkpoint_kv_cache": "int8"}
+    assert checkpoint_precision({"quantization": {"quant_algo": None, "kv_cache_quant_algo": None}}) == {
+        "checkpoint_quant": "bf16", "checkpoint_kv_cache": None}
+
+
 def test_hf_quant_config_json_is_read_before_config_json(tmp_path: Path) -> None:
     """ModelOpt's export (and `pipeline convert --format hf`) writes hf_quant_config.json; TensorRT-LLM reads it first."""
     folder = _checkpoint(tmp_path, {"quant_method": "fp8"}, {"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}})
@@ -77,6 +85,10 @@ def test_a_quantized_checkpoint_is_planned_as_stored() -> None:
     assert stored_precision(plain, None) == "fp16" and stored_precision(plain, "int4_awq") == "int4_awq"
     mxfp4 = P.published_model("gpt-oss-20b")
     assert stored_precision(mxfp4, "fp16") == "fp16"  # its 16-bit layers: fp16 and bf16 stand for each other
+    with pytest.raises(InvalidInputError, match="bf16 with MXFP4 experts"):
+        stored_precision(mxfp4, "fp8")
+    kv_only = P.ModelSpec(**{**plain.model_dump(), "checkpoint_quant": "bf16", "checkpoint_kv_cache": "fp8"})
+    assert stored_precision(kv_only, None) == "bf16" and stored_precision(kv_only, "fp8") == "fp8"  # 16-bit weights: a what-if
     unread = P.ModelSpec(**{**plain.model_dump(), "unread_quantization": "quant_method compressed-tensors"})
     with pytest.raises(InvalidInputError, match="compressed-tensors"):
         stored_precision(unread, None)
