@@ -248,6 +248,14 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         raise InvalidInputError(f"{source} is not a JSON object.", hint="Pass a valid HF config.json.")
     if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         raw = {**raw, **raw["text_config"]}
+    recurrent = _non_attention_layers(raw)
+    if recurrent:
+        raise UnsupportedError(
+            f"{source} mixes attention with {recurrent} layers ({raw.get('model_type', 'unknown')}): the planner gives every "
+            "layer a KV cache and attention's math, so it would misstate memory and speed.",
+            hint="Plan a model whose layers are all attention (full, sliding-window or chunked); size hybrid models from "
+                 "NVIDIA's published figures or your own bench.",
+        )
     required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     missing = [key for key in required if not raw.get(key)]
     if missing:
@@ -290,6 +298,25 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         **moe,
         **checkpoint_precision(raw),
     )
+
+
+_ATTENTION_LAYER_KINDS = {"full_attention", "sliding_attention", "chunked_attention", "attention"}
+
+
+def _non_attention_layers(raw: dict[str, Any]) -> str | None:
+    """What kind of non-attention layers a hybrid config declares (None: every layer is attention), from the keys
+    transformers' config classes give them: Mamba/SSM layers (mamba_* or ssm_state_size: Jamba, Bamba, Falcon-H1,
+    Nemotron-H, Granite 4 hybrids, Zamba 2), and layer_types / block_types / layers_block_type naming any other kind
+    (Qwen3-Next's linear attention, LFM2's convolutions, RecurrentGemma's recurrent blocks)."""
+    if any(key.startswith("mamba_") or key == "ssm_state_size" for key in raw):
+        return "Mamba (state-space)"
+    for key in ("layer_types", "block_types", "layers_block_type"):
+        kinds = raw.get(key)
+        if isinstance(kinds, list):
+            other = sorted({str(kind) for kind in kinds} - _ATTENTION_LAYER_KINDS)
+            if other:
+                return "/".join(other)
+    return None
 
 
 def _sliding_windows(raw: dict[str, Any], layers: int) -> tuple[int, ...]:

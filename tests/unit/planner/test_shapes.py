@@ -97,6 +97,22 @@ def test_multi_head_latent_attention_is_refused_not_misplanned() -> None:
         P.model_spec_from_dict(raw, "deepseek-v3")
 
 
+@pytest.mark.parametrize("config_name", ["JambaConfig", "BambaConfig", "FalconH1Config", "NemotronHConfig",
+                                         "GraniteMoeHybridConfig", "Zamba2Config", "Qwen3NextConfig", "Lfm2Config",
+                                         "RecurrentGemmaConfig"])
+def test_hybrid_models_are_refused(config_name: str) -> None:
+    """Mamba, linear-attention, convolution and recurrent layers hold no KV cache and run no attention: planned as
+    attention they would misstate memory and speed, so the planner says it does not model them (transformers' own
+    config classes, as their checkpoints ship them)."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, config_name):
+        pytest.skip(f"transformers {transformers.__version__} has no {config_name}")
+    hybrid = {"Lfm2Config": dict(num_hidden_layers=2, layer_types=["conv", "full_attention"])}  # its default: all attention
+    config = getattr(transformers, config_name)(**hybrid.get(config_name, {})).to_dict()
+    with pytest.raises(UnsupportedError, match="mixes attention with"):
+        P.model_spec_from_dict(config, config_name)
+
+
 @pytest.mark.parametrize(("config_name", "values"), [
     ("Gemma2Config", dict(num_hidden_layers=5, sliding_window=4096)),
     ("Gemma3TextConfig", dict(num_hidden_layers=13, sliding_window=1024)),
