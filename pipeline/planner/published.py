@@ -199,8 +199,9 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
         return []
     if backend == "tensorrt":
         return [_ENGINE_MOE.format(share=efficiency.moe_expert_compute)]
-    if model.expert_weights == "mxfp4":
-        return [_PYTORCH_MXFP4]
+    if model.expert_weights == "mxfp4":  # and where silicon did not time its experts on this GPU, what that costs too
+        return [_PYTORCH_MXFP4] + ([_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP")]
+                                   if moe_measured is False else [])
     if not efficiency.moe_measured or moe_measured is False:
         return [_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP" if efficiency.moe_measured else "")]
     if moe_measured:

@@ -117,6 +117,18 @@ def test_mxfp4_experts_take_silicon_timings_of_the_kind_tensorrt_llm_runs() -> N
         assert measured_moe_s(get_gpu(gpu), bf16, model, 1, 1024) is not None, gpu
     plain = P.ModelSpec(**{**model.model_dump(), "expert_weights": None})
     assert measured_moe_s(get_gpu("h200"), bf16, plain, 1, 1024) is None  # no BF16 timing of that shape
+    assert measured_moe_s(get_gpu("a100"), bf16, model, 1, 1024) is None  # nor any MXFP4 one on A100
+
+
+def test_an_mxfp4_plan_says_how_far_to_trust_it() -> None:
+    from pipeline.planner.entry import PlanSpec, plan
+
+    folder = Path(P.__file__).parents[1] / "data" / "published_models" / "gpt-oss-20b.json"
+    timed = plan(PlanSpec(model=folder, gpu="h200", backend="pytorch", isl=1024, osl=1024))
+    assert timed.quant == "bf16" and timed.model["expert_weights"] == "mxfp4"
+    assert len(timed.caveats) == 1 and timed.caveats[0].startswith("MXFP4 experts (GPT-OSS)")
+    untimed = plan(PlanSpec(model=folder, gpu="a100", backend="pytorch", isl=1024, osl=1024))
+    assert untimed.caveats[0] == timed.caveats[0] and "no silicon timing of this MoE shape on this GPU" in untimed.caveats[1]
 
 
 def test_plan_cli_takes_the_checkpoints_precision_and_refuses_another(tmp_path: Path, capsys) -> None:
