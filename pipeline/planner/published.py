@@ -86,17 +86,14 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
 # (NVIDIA/TensorRT-LLM@00f37686 docs/source/performance/perf-overview.md). The 0.17 engine runs need chunked context: their
 # max_num_tokens (2048 for the 70B A100 rows) is below ISL 5000/20000, which runs only in chunks.
 # param_count is not the model's: trtllm-bench sums the elements its safetensors hold (bench/build/dataclasses.py @04cba882
-# ModelConfig.get_param_count, safetensors metadata parameter_count), so a checkpoint that packs two FP4 weights to a byte
-# counts half of them, plus one element per scale: MXFP4 experts (GPT-OSS) 1/2 + 1/32 of their weights. Its byte table has no
-# MXFP4 entry (BYTES_PER_ELEM.get(quant_algo, 2)), so those elements count 2 bytes each.
+# ModelConfig.get_param_count, safetensors metadata parameter_count). A checkpoint that packs two 4-bit weights to a byte
+# counts half of them, plus one element per scale: NVFP4 linears (ModelOpt: an FP8 scale per 16; trtllm_pytorch_checkpoint.json's
+# NVFP4LinearMethod) 1/2 + 1/16 of their weights, GPT-OSS's MXFP4 experts (a UE8 scale per 32) 1/2 + 1/32. Its byte table
+# has no MXFP4 entry (BYTES_PER_ELEM.get(quant_algo, 2)), so an MXFP4 checkpoint's elements count 2 bytes each.
 _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
-_GIB = 1024**3
-
-
-# Elements a checkpoint stores per weight of its quantized linear layers: NVFP4 (ModelOpt: E2M1 pairs in a byte, an FP8
-# scale per 16; trtllm_pytorch_checkpoint.json's NVFP4LinearMethod) 1/2 + 1/16; MXFP4 experts 1/2 + 1/32.
 _STORED_ELEMENTS = {"nvfp4": 1 / 2 + 1 / 16}
 _MXFP4_STORED_ELEMENTS = 1 / 2 + 1 / 32
+_GIB = 1024**3
 
 
 def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:

@@ -105,7 +105,10 @@ def test_gpt_oss_weights_are_mxfp4_experts_and_16_bit_rest() -> None:
     # trtllm-bench counts the elements its safetensors hold: two FP4 weights a byte, one UE8 scale per 32
     experts = small.routed_expert_params
     assert bench_param_count(small) == pytest.approx(small.param_count - experts + experts * (1 / 2 + 1 / 32))
-    assert bench_param_count(plain) == plain.param_count
+    assert bench_param_count(plain) == bench_param_count(plain, "fp8") == plain.param_count  # FP8: one element a weight
+    llama = P.published_model("llama-3.3-70b")  # NVIDIA's NVFP4 checkpoint: two weights a byte, an FP8 scale per 16
+    linear = llama.num_layers * llama.matmul_params_per_layer
+    assert bench_param_count(llama, "nvfp4") == pytest.approx(llama.param_count - linear * (1 - 1 / 2 - 1 / 16))
 
 
 def test_mxfp4_experts_take_silicon_timings_of_the_kind_tensorrt_llm_runs() -> None:
