@@ -37,16 +37,6 @@ TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
 # recorders read silicon tables for, those of the fits and those no fit sees.
 SYSTEMS = FITTED_SYSTEMS | ADDED_SYSTEMS
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
-
-
-def quant_modes(row: dict[str, Any]) -> tuple[str, str]:
-    """(--gemm-quant-mode, --kvcache-quant-mode) of a published row. MXFP4 (GPT-OSS as OpenAI ships it): 16-bit GEMMs, the
-    experts' MXFP4 read by AIConfigurator from the config's quantization_config, the KV cache of the scenario the planner
-    runs (published.published_scenario: FP8, 16-bit on Hopper)."""
-    if row["precision"] == "MXFP4":
-        kv = P.published_scenario(P.published_model(row["model"]), row).kv.name
-        return "bfloat16", "fp8" if kv == "fp8" else "bfloat16"
-    return QUANT[row["precision"]]
 KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
 _HEADER = """\
@@ -61,6 +51,16 @@ _HEADER = """\
 # A row that both the 1.0 and the 1.2-dev pages publish (1000/1000 at the same model, GPU, TP and precision) is asked
 # once per page, with the same answer.
 """
+
+
+def quant_modes(row: dict[str, Any]) -> tuple[str, str]:
+    """(--gemm-quant-mode, --kvcache-quant-mode) of a published row. MXFP4 (GPT-OSS as OpenAI ships it): 16-bit GEMMs, the
+    experts' MXFP4 read by AIConfigurator from the config's quantization_config, the KV cache of the scenario the planner
+    runs (published.published_scenario: FP8, 16-bit on Hopper)."""
+    if row["precision"] == "MXFP4":
+        kv = P.published_scenario(P.published_model(row["model"]), row).kv.name
+        return "bfloat16", "fp8" if kv == "fp8" else "bfloat16"
+    return QUANT[row["precision"]]
 
 
 def _key(row: dict[str, Any]) -> tuple[str, ...]:

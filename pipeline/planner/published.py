@@ -13,7 +13,7 @@ from pipeline.core.errors import InvalidInputError
 from pipeline.data import packaged_fact_rows
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend_build, round_up, tokens_for
-from pipeline.planner.scenario import Scenario
+from pipeline.planner.scenario import Scenario, as_gpu
 from pipeline.planner.shapes import ModelSpec, model_spec_from_dict
 from pipeline.planner.timing import ThroughputEstimate, max_throughput
 
@@ -63,16 +63,17 @@ def published_model(name: str) -> ModelSpec:
 def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
     """The Scenario of one published row (gpu, precision, tp, isl, osl)."""
     precision = str(row["precision"])
-    scenario = Scenario(model, row["gpu"], "bf16", None, int(row["tp"]), int(row["isl"]), int(row["osl"]))
+    gpu = as_gpu(row["gpu"])
     if precision.upper() == "MXFP4":  # the checkpoint as published (MXFP4 experts); the page's KV cache: "fp8 # Hopper: use auto"
-        return scenario.replace(quant=model.checkpoint_quant or "bf16", kv="fp8" if scenario.gpu.cc >= 10.0 else "auto")
-    try:
-        quant, kv = _PUBLISHED_PRECISIONS[precision.upper()]
-    except KeyError:
-        raise InvalidInputError(
-            f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
-        ) from None
-    return scenario.replace(quant=quant, kv=kv)
+        quant, kv = model.checkpoint_quant or "bf16", "fp8" if gpu.cc >= 10.0 else "auto"
+    else:
+        try:
+            quant, kv = _PUBLISHED_PRECISIONS[precision.upper()]
+        except KeyError:
+            raise InvalidInputError(
+                f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
+            ) from None
+    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]))
 
 
 # trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and

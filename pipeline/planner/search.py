@@ -181,8 +181,12 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
 
     check_spec(spec)
     model: ModelSpec = model_spec_from_config(spec.model)
-    quants = (tuple(dict.fromkeys(stored_precision(model, q) for q in spec.quants)) if spec.quants
-              else (stored_precision(model, None),) if model.checkpoint_quant or model.unread_quantization else DEFAULT_QUANTS)
+    if spec.quants:  # each checked against what the checkpoint stores
+        quants = tuple(dict.fromkeys(stored_precision(model, q) for q in spec.quants))
+    elif model.checkpoint_quant or model.unread_quantization:  # a checkpoint that declares its precision: that one
+        quants = (stored_precision(model, None),)
+    else:
+        quants = DEFAULT_QUANTS
     costs = accuracy_costs(spec.model, model.name)
     feasible: list[Candidate] = []
     skipped: dict[str, str] = {}
