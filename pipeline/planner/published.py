@@ -173,19 +173,19 @@ def compare_published(
 # What the published rows outside the fit say of MoE predictions (scripts/plan_vs_more_models.py; the figures are asserted
 # against that report in tests/unit/planner/test_published.py).
 _ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {share} of the dense GEMM rate, fitted on "
-               "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 5.5% median, 21% worst |error|); MoE "
+               "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 4.9% median, 22% worst |error|); MoE "
                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
 _PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
                          "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
-                         "out 14.1% and 12.4% off in the median, 47% and 24% at worst")
+                         "out 5.4% and 10.8% off in the median, 34% and 22% at worst")
 _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
                            "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
-                           "+74% and +56% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "+59% and +48% fast (median); treat the throughput as an upper bound and calibrate from your own "
                            "bench (pipeline plan --calibrate)")
 
 _PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 20B and 120B at TP 1 (1.2-dev page; never fitted, "
-                  "experts timed on silicon) came out 25.5% and 20.9% off in the median, 59% and 32% at worst: the large-batch "
-                  "rows on B200 and GB200 up to 60% fast, 120B on H200 up to 33% slow (AIConfigurator, on the same rows: 24% in "
+                  "experts timed on silicon) came out 25.3% and 20.5% off in the median, 52% and 31% at worst: the large-batch "
+                  "rows on B200 and GB200 up to 52% fast, 120B on H200 up to 31% slow (AIConfigurator, on the same rows: 24% in "
                   "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
 
 
@@ -205,20 +205,20 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
     if moe_measured:
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
-            "which put those rows +74% and +56% fast)"]
+            "which put those rows +59% and +48% fast)"]
 
 
 # What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
 # that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
 _GPU_OUTSIDE_FIT = {
     ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
-                           "(Llama 3.3 70B, Llama 3.1 405B), 4.4% and 4.6% off in the median (13% and 7.4% worst){moe}"),
+                           "(Llama 3.3 70B, Llama 3.1 405B), 3.7% and 5.0% off in the median (11% and 7.6% worst){moe}"),
     ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
-                                  "Qwen3-30B-A3B) came out 13.3% and 6.7% off in the median, 29% and 24% at worst: prefill-bound "
+                                  "Qwen3-30B-A3B) came out 5.5% and 6.5% off in the median, 29% and 18% at worst: prefill-bound "
                                   "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
                                   "(pipeline plan --calibrate)"),
 }
-_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 43% and 35%, mostly fast: those runs published as little as "
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 34% and 34%, mostly fast: those runs published as little as "
               "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "
               "upper bound")
 _GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "

@@ -20,6 +20,7 @@ from pipeline.core.quant import quant_format
 from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step,
 )
+from pipeline.planner.offline import offline_schedule
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate, measured_moe_s)
 from pipeline.planner.recommend import recommend
@@ -211,10 +212,15 @@ def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl:
     max_batch_size (and the dynamic tuner's pick when the build asks for it), and the max_num_tokens
     budget for decode tokens plus their prefill share."""
     token_budget = build["max_num_tokens"] / (1 + isl / osl)
+    return max(1, int(min(_in_flight_limit(memory, build), max(1, token_budget))))
+
+
+def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any]) -> int:
+    """Requests the runtime holds at once: KV capacity at ISL+OSL each, max_batch_size, and the dynamic tuner's pick."""
     limit = build["max_batch_size"]
     if build.get("dynamic_batch_size"):
         limit = min(limit, tuned_batch_size(memory.max_sequences))
-    return max(1, int(min(memory.max_sequences, limit, max(1, token_budget))))
+    return max(1, min(memory.max_sequences, limit))
 
 
 def predict(
@@ -270,26 +276,26 @@ def max_throughput(
     and build limits allow, each iteration carrying its share of prefill.
 
     requests: how many equal ISL/OSL requests the run is given at once (None: as many as it takes to reach steady
-    state). The runtime serves them in waves of its batch, the last wave only the remainder: throughput is the run's
-    output tokens over the waves' time."""
+    state). A finite run is replayed iteration by iteration as the scheduler serves it (planner/offline.py: the batch
+    filling as the token budget admits prompts, waves, the last requests draining it); throughput is its output tokens
+    over the sum of its iterations' times, and the phases its iterations' mean."""
     scenario.check()
     model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
     eff = efficiency or EFFICIENCY
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
     batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
-    if requests is not None:
+    if requests is None:
+        step = mean_step(scenario, iteration_mix(scenario, batch, batch * scenario.isl / scenario.osl, build), eff)
+        tokens_per_s = batch / step.total_s
+    else:
         batch = min(batch, max(1, requests))
-
-    def steady(sequences: int) -> StepTime:
-        return mean_step(scenario, iteration_mix(scenario, sequences, sequences * scenario.isl / scenario.osl, build), eff)
-
-    step = steady(batch)
-    tokens_per_s = batch / step.total_s
-    if requests is not None and requests > batch:
-        full, last = divmod(requests, batch)
-        seconds_per_token = full * step.total_s + (steady(last).total_s if last else 0.0)  # per output position
-        tokens_per_s = requests / seconds_per_token
+        run = offline_schedule(scenario.isl, scenario.osl, max(1, requests), _in_flight_limit(memory, build),
+                               build["max_num_tokens"], build.get("chunked_prefill", True))
+        step = mean_step(scenario, [(group.iterations / run.iterations, StepLoad(
+            group.decode, group.decode_context, group.prefill_tokens, group.prefill_context, group.logits_tokens))
+            for group in run.groups], eff)
+        tokens_per_s = run.output_tokens / (step.total_s * run.iterations)
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,

@@ -1,0 +1,132 @@
+"""An offline max-load run (`trtllm-bench throughput`) replayed iteration by iteration: a fixed dataset of equal ISL/OSL
+requests, all queued at once, served by TensorRT-LLM's scheduler.
+
+Which iterations such a run has depends only on token counts, never on how long an iteration takes, so the schedule is
+computed once per run shape and the time model then prices its iterations. What it captures that a steady state does
+not: the batch fills only as fast as the token budget admits prompts (max_num_tokens less the decoding sequences; the
+PyTorch backend prefills whole prompts, engines chunk them), the last requests drain a batch that no longer refills, and
+a run of fewer requests than waves of the batch never reaches steady state at all.
+
+The scheduler as modelled (TensorRT-LLM's capacity scheduler with no eviction, then its micro-batch scheduler):
+- at most `max_batch` requests are in flight (the runtime's batch limit and what the KV cache holds at ISL+OSL each);
+- an iteration takes every decoding sequence first (one token each), then prompt tokens in arrival order while the
+  budget lasts: whole prompts without chunked prefill, else whole prompts and one chunk of the next;
+- a request emits its first token in the iteration that finishes its prompt, then one per iteration until OSL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+# Iterations are priced in groups whose total token count (decodes + prompt tokens) lies within this ratio of each other:
+# an iteration's GEMM, all-reduce and MoE times depend on that count nonlinearly, everything else linearly in the
+# group's means.
+_GROUP_RATIO = 1.25
+
+
+@dataclass(frozen=True)
+class IterationGroup:
+    """`iterations` iterations of the run with these mean loads (as timing.StepLoad has them)."""
+
+    iterations: int
+    decode: float
+    decode_context: float  # mean KV length of the decoding sequences, weighted by sequence
+    prefill_tokens: float
+    prefill_context: float
+    logits_tokens: float
+
+
+@dataclass(frozen=True)
+class OfflineSchedule:
+    groups: tuple[IterationGroup, ...]
+    output_tokens: int
+    iterations: int
+
+
+class _Accumulator:
+    def __init__(self) -> None:
+        self.sums: dict[int, list[float]] = {}
+
+    def add(self, count: int, decode: float, decode_context: float, prefill: float, prefill_context: float, logits: float) -> None:
+        tokens = decode + prefill
+        key = round(math.log(tokens) / math.log(_GROUP_RATIO)) if tokens > 0 else -1
+        s = self.sums.setdefault(key, [0.0] * 6)
+        s[0] += count
+        s[1] += count * decode
+        s[2] += count * decode * decode_context
+        s[3] += count * prefill
+        s[4] += count * prefill * prefill_context
+        s[5] += count * logits
+
+    def groups(self) -> tuple[IterationGroup, ...]:
+        out = []
+        for n, decode, decode_kv, prefill, prefill_span, logits in self.sums.values():
+            out.append(IterationGroup(int(n), decode / n, decode_kv / decode if decode else 0.0, prefill / n,
+                                      prefill_span / prefill if prefill else 0.0, logits / n))
+        return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def offline_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_tokens: int, chunked: bool) -> OfflineSchedule:
+    """The iterations of a run of `requests` requests of `isl` prompt and `osl` output tokens, at most `max_batch` in
+    flight and `max_num_tokens` per iteration, prompts chunked or whole."""
+    max_batch = max(1, max_batch)
+    queued = requests
+    # decoding cohorts: [requests, iteration of their prompt]; they decode in the osl - 1 iterations after it
+    decoding: deque[list[int]] = deque()
+    decoding_count = 0
+    decoding_start_sum = 0  # sum over decoding requests of their prompt's iteration (their mean KV length follows)
+    partial: list[int] | None = None  # [tokens of the prompt being chunked still to go]
+    acc = _Accumulator()
+    iteration = output = 0
+
+    while queued or decoding or partial:
+        budget = max_num_tokens - decoding_count
+        in_flight = decoding_count + (1 if partial else 0)
+        prefill = finished = 0
+        span = 0.0
+        if partial and budget > 0:
+            step = min(partial[0], budget)
+            span += step * (isl - partial[0] + step / 2)
+            prefill += step
+            budget -= step
+            partial[0] -= step
+            if partial[0] == 0:
+                partial, finished = None, 1
+        room = max_batch - in_flight
+        whole = min(queued, room, max(0, budget) // isl)
+        if not whole and not decoding_count and not partial and queued and room > 0 and not chunked:
+            whole = 1  # a prompt longer than the budget still runs alone (the limits say it fits)
+        if whole:
+            prefill += whole * isl
+            span += whole * isl * isl / 2
+            budget -= whole * isl
+            queued -= whole
+            finished += whole
+            room -= whole
+        if chunked and queued and room > 0 and budget > 0 and partial is None:
+            partial = [isl - budget]
+            span += budget * budget / 2
+            prefill += budget
+            queued -= 1
+
+        # Nothing admitted: the batch, and so the budget and the room, stay as they are until the oldest cohort
+        # finishes, so those iterations differ only in KV length and are taken at once.
+        count = 1 if prefill or not decoding else decoding[0][1] + osl - iteration
+        mean_context = isl + (iteration + (count - 1) / 2) - decoding_start_sum / decoding_count if decoding_count else 0.0
+        acc.add(count, decoding_count, mean_context, prefill, span / prefill if prefill else 0.0, decoding_count + finished)
+        output += count * decoding_count + finished
+        iteration += count
+
+        while decoding and decoding[0][1] + osl - 1 < iteration:
+            done = decoding.popleft()
+            decoding_count -= done[0]
+            decoding_start_sum -= done[0] * done[1]
+        if finished and osl > 1:
+            decoding.append([finished, iteration - 1])
+            decoding_count += finished
+            decoding_start_sum += finished * (iteration - 1)
+    return OfflineSchedule(acc.groups(), output, iteration)
