@@ -7,10 +7,14 @@ not: the batch fills only as fast as the token budget admits prompts (max_num_to
 PyTorch backend prefills whole prompts, engines chunk them), the last requests drain a batch that no longer refills, and
 a run of fewer requests than waves of the batch never reaches steady state at all.
 
-The scheduler as modelled (TensorRT-LLM's capacity scheduler with no eviction, then its micro-batch scheduler):
+The scheduler as modelled (TensorRT-LLM's capacity scheduler with no eviction, then its micro-batch scheduler,
+cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp @0a949d31 MicroBatchScheduler::operator(), which engines and the
+PyTorch backend share):
 - at most `max_batch` requests are in flight (the runtime's batch limit and what the KV cache holds at ISL+OSL each);
-- an iteration takes every decoding sequence first (one token each), then prompt tokens in arrival order while the
-  budget lasts: whole prompts without chunked prefill, else whole prompts and one chunk of the next;
+- requests are taken in arrival order, so the decoding ones (one token each) come before the new prompts; without
+  chunked prefill a prompt goes whole and the first that does not fit what is left of max_num_tokens ends the iteration;
+  with it the prompts share what is left first come, first served, the last one a chunk (not rounded to the chunk unit
+  here);
 - a request emits its first token in the iteration that finishes its prompt, then one per iteration until OSL.
 """
 
