@@ -10,8 +10,9 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import UnsupportedError
+from pipeline.planner.checkpoint import MXFP4_BITS_PER_WEIGHT
 from pipeline.planner.scenario import Scenario, as_kv, as_quant
-from pipeline.planner.shapes import MXFP4_BITS_PER_WEIGHT, ModelSpec
+from pipeline.planner.shapes import ModelSpec
 from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 GIB = 1024**3

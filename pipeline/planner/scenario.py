@@ -43,7 +43,7 @@ SIXTEEN_BIT = ("fp16", "bf16")
 
 def stored_precision(model: ModelSpec, quant: str | None, *, default: str = "fp16") -> str:
     """The precision to plan `model` at: `quant` where given, else what its checkpoint declares it stores
-    (shapes.checkpoint_precision), else `default`. A quantized checkpoint is planned as it is stored: a --quant its
+    (checkpoint.checkpoint_precision), else `default`. A quantized checkpoint is planned as it is stored: a --quant its
     weights are not in is refused (fp16 and bf16 stand for each other; a checkpoint of 16-bit weights may be planned at
     any precision, as its source could be), as is a quantization the planner cannot read left unnamed."""
     declared = model.checkpoint_quant

@@ -1,4 +1,4 @@
-"""A quantized checkpoint is planned as it is stored: shapes.checkpoint_precision reads what it declares (ModelOpt's
+"""A quantized checkpoint is planned as it is stored: checkpoint.checkpoint_precision reads what it declares (ModelOpt's
 hf_quant_config.json first, then config.json's quantization_config, as TensorRT-LLM's PyTorch backend reads them),
 GPT-OSS's MXFP4 experts are sized and timed as MXFP4, and `pipeline plan` refuses a --quant the weights are not in."""
 
@@ -18,7 +18,7 @@ from pipeline.planner.memory import GIB, weight_bytes
 from pipeline.planner.published import bench_param_count
 from pipeline.planner.rates import measured_moe_s, mxfp4_moe_dtype
 from pipeline.planner.scenario import stored_precision
-from pipeline.planner.shapes import checkpoint_precision
+from pipeline.planner.checkpoint import checkpoint_precision
 
 from planner_cases import LLAMA_8B
 
