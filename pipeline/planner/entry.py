@@ -17,7 +17,7 @@ from pipeline.planner.rates import measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
 from pipeline.planner.shapes import model_spec_from_config
-from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal
+from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
 
@@ -84,6 +84,10 @@ def plan(spec: PlanSpec) -> PlanResult:
     scenario = Scenario(model, plan_target(spec.gpu), stored_precision(model, spec.quant), kv_cache, spec.tp, spec.isl,
                         spec.osl).check()
     quant = scenario.quant
+    no_engine = engine_flow_refusal(model, spec.backend, scenario.gpu)
+    if no_engine:
+        raise UnsupportedError(no_engine + ".", hint="Plan it for TensorRT-LLM's PyTorch backend, which runs it from its HF "
+                               "checkpoint: --backend pytorch.")
     refusal = backend_refusal(spec.backend, scenario.gpu, quant.name, scenario.kv.name)
     if refusal:
         raise UnsupportedError(refusal + ".", hint=f"With --backend pytorch use --quant {'|'.join(HF_QUANT_FORMATS)} and "

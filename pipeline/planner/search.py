@@ -28,8 +28,8 @@ from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario, stored_precision
 from pipeline.planner.shapes import ModelSpec, model_spec_from_config
-from pipeline.planner.slo import (Latency, SloTarget, backend_efficiency, backend_limits, backend_refusal, latency, meets,
-                                  shortfall)
+from pipeline.planner.slo import (Latency, SloTarget, backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal,
+                                  latency, meets, shortfall)
 
 Backend = Literal["tensorrt", "pytorch"]
 DEFAULT_GPUS = ("h100-sxm", "h200", "l40s", "a100-80gb")
@@ -204,7 +204,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
             for kv in _kv_options(spec, gpu):
                 for tp in spec.tps:
                     name = f"{tp}x {gpu.key} {quant}/kv-{kv}"
-                    refusal = backend_refusal(spec.backend, gpu, quant, kv)
+                    refusal = engine_flow_refusal(model, spec.backend, gpu) or backend_refusal(spec.backend, gpu, quant, kv)
                     try:
                         scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
                         eff = backend_efficiency(scenario, spec.backend)

@@ -21,6 +21,7 @@ class ModelSpec(BaseModel):
 
     name: str
     model_type: str
+    architecture: str | None = None  # config.json's first `architectures` entry (what TensorRT-LLM picks its model class by)
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -233,6 +234,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
     return ModelSpec(
         name=name,
         model_type=str(raw.get("model_type", "unknown")),
+        architecture=next(iter(raw.get("architectures") or []), None),
         hidden_size=hidden,
         num_layers=int(raw["num_hidden_layers"]),
         num_heads=heads,

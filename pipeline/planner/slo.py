@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -22,9 +23,11 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import InvalidInputError
 from pipeline.core.gpus import GpuSpec, pytorch_restriction
 from pipeline.core.quant import kv_cache_format, quant_format
+from pipeline.data import packaged_fact_rows
 from pipeline.planner.memory import DEFAULT_KV_FRACTION
 from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.scenario import Scenario
+from pipeline.planner.shapes import ModelSpec
 from pipeline.planner.timing import StepLoad, predict, step_time
 
 SLO_KEYS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
@@ -148,6 +151,21 @@ def backend_refusal(backend: str, gpu: GpuSpec, quant: str, kv: str) -> str | No
     if gpu.is_cpu:
         return None
     return pytorch_restriction(gpu, quant_format(quant), kv_cache_format(kv))
+
+
+@lru_cache(maxsize=1)
+def _engine_architectures() -> frozenset[str]:
+    return frozenset(row["architecture"] for row in packaged_fact_rows("trtllm_engine_architectures.tsv"))
+
+
+def engine_flow_refusal(model: ModelSpec, backend: str, gpu: GpuSpec) -> str | None:
+    """Why no TensorRT engine can be built for this model's architecture (TensorRT-LLM's TensorRT flow has no model class
+    for it: data/trtllm_engine_architectures.tsv), or None: another backend, the CPU's reference runtime, or a config
+    that names no architecture."""
+    if backend != "tensorrt" or gpu.is_cpu or not model.architecture or model.architecture in _engine_architectures():
+        return None
+    return (f"TensorRT-LLM's TensorRT flow (trtllm-build) has no model class for {model.architecture} ({model.name}): "
+            "no engine can be built for it, so none is planned")
 
 
 def backend_limits(build: dict[str, Any], backend: str) -> dict[str, Any]:

@@ -72,3 +72,16 @@ def test_plan_names_windowed_layers_and_the_gpu_caveat(tmp_path: Path, capsys) -
     assert run(args) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table's cells wrap: read them as one text
     assert "29 layers windowed to 1024 tokens" in out and "engines attend to the whole context" in out
+
+
+def test_a_model_trtllm_build_cannot_build_is_not_planned_as_an_engine(capsys) -> None:
+    """GPT-OSS has no model class in TensorRT-LLM's TensorRT flow: an engine plan (one configuration or --slo) exits 2
+    pointing to the PyTorch backend, which plans it; the CPU's reference runtime is not trtllm-build."""
+    gpt_oss = str(Path(__file__).resolve().parents[3] / "pipeline" / "data" / "published_models" / "gpt-oss-20b.json")
+    assert run(["plan", "--model", gpt_oss, "--gpu", "h100", "--isl", "1024", "--osl", "128"]) == 2
+    err = capsys.readouterr().err
+    assert "no model class for GptOssForCausalLM" in err and "--backend pytorch" in err
+    assert run(["plan", "--model", gpt_oss, "--gpu", "h100", "--isl", "1024", "--osl", "128", "--backend", "pytorch"]) == 0
+    capsys.readouterr()
+    assert run(["plan", "--model", gpt_oss, "--isl", "1024", "--osl", "128", "--gpus", "h100,h200", "--slo", "tpot_p99_ms=50"]) == 2
+    assert "no model class for GptOssForCausalLM" in capsys.readouterr().err

@@ -130,3 +130,27 @@ def test_the_cpu_is_planned_with_this_hosts_figures_and_the_reference_runtimes_b
     assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "cpu", "--goal", "latency", "--isl", "128", "--osl", "32",
                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["build"]["max_batch_size"] == 4
+
+
+def test_the_engine_architectures_are_trtllm_builds_and_cover_what_convert_builds() -> None:
+    """data/trtllm_engine_architectures.tsv is MODEL_MAP of the stored tensorrt_llm/models/__init__.py, and every
+    architecture the pipeline's convert stage takes to trtllm-build is in it."""
+    from pipeline.convert import NOT_EXPORTABLE, SUPPORTED_ARCHITECTURES
+    from pipeline.core.gpus import get_gpu
+    from pipeline.data import packaged_fact_rows
+    from pipeline.planner.slo import engine_flow_refusal
+
+    rows = packaged_fact_rows("trtllm_engine_architectures.tsv")
+    assert {(r["repo"], r["commit"], r["file"]) for r in rows} == {
+        ("NVIDIA/TensorRT-LLM", "02267d3d4fd886c3ad036f6580beb0847eac6e4b", "tensorrt_llm/models/__init__.py")}
+    names = {r["architecture"] for r in rows}
+    assert set(SUPPORTED_ARCHITECTURES) | set(NOT_EXPORTABLE) <= names
+    assert {"Qwen3ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"} <= names
+    assert not {"GptOssForCausalLM", "Qwen3MoeForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV3ForCausalLM"} & names
+    gpt_oss = P.published_model("gpt-oss-20b")
+    assert gpt_oss.architecture == "GptOssForCausalLM"
+    h100, cpu = get_gpu("h100"), get_gpu("cpu")
+    assert "GptOssForCausalLM" in engine_flow_refusal(gpt_oss, "tensorrt", h100)
+    assert engine_flow_refusal(gpt_oss, "pytorch", h100) is None and engine_flow_refusal(gpt_oss, "tensorrt", cpu) is None
+    assert engine_flow_refusal(P.published_model("mixtral-8x7b"), "tensorrt", h100) is None
+    assert engine_flow_refusal(P.published_model("mixtral-8x7b").model_copy(update={"architecture": None}), "tensorrt", h100) is None
