@@ -167,6 +167,11 @@ def _layer_groups(windows: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[tu
     return tuple((window, chunk, count) for (window, chunk), count in Counter(pairs).items())
 
 
+def _first_architecture(raw: dict[str, Any]) -> str | None:
+    names = raw.get("architectures")
+    return str(names[0]) if isinstance(names, list) and names else None
+
+
 def _config_path(path: str | Path) -> Path:
     candidate = Path(path).expanduser()
     if candidate.is_dir():
@@ -234,7 +239,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
     return ModelSpec(
         name=name,
         model_type=str(raw.get("model_type", "unknown")),
-        architecture=next(iter(raw.get("architectures") or []), None),
+        architecture=_first_architecture(raw),
         hidden_size=hidden,
         num_layers=int(raw["num_hidden_layers"]),
         num_heads=heads,
