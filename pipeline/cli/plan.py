@@ -31,6 +31,10 @@ AcceptanceOpt = Annotated[Optional[float], typer.Option(
     help="Predict speculative decoding at this per-token acceptance rate (bench --speculative measures it).")]
 DraftLenOpt = Annotated[int, typer.Option("--max-draft-len", min=1, help="Draft tokens per step, with --speculative-acceptance.")]
 DraftModelOpt = Annotated[Optional[Path], typer.Option("--draft-model", help="draft-target: the draft's HF folder or config.json (its decode steps count).")]
+TrtllmBenchOpt = Annotated[Optional[int], typer.Option(
+    "--trtllm-bench-requests", min=1,
+    help="Also predict what `trtllm-bench throughput` reports for a dataset of this many requests of exactly --isl/--osl "
+         "(its own limits; --kv-fraction as you pass it to trtllm-bench, else its default 0.90).")]
 TpotSloOpt = Annotated[Optional[float], typer.Option("--tpot-slo-ms", min=0.001, help="With --speculative-acceptance: the TPOT SLO the call is made for.")]
 
 
@@ -61,6 +65,7 @@ def plan_command(
     max_draft_len: DraftLenOpt = 4,
     draft_model: DraftModelOpt = None,
     tpot_slo_ms: TpotSloOpt = None,
+    trtllm_bench_requests: TrtllmBenchOpt = None,
     out: PlanOutOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -83,6 +88,7 @@ def plan_command(
     spec = PlanSpec(
         model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
+        trtllm_bench_requests=trtllm_bench_requests,
         speculation=None if speculative_acceptance is None else SpeculationInput(
             acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
     )
@@ -129,6 +135,12 @@ def _table(result: PlanResult):
         t = result.max_throughput
         rows.append(["max throughput", f"{t.output_tokens_per_s:,.0f} output tok/s at batch {t.batch} "
                                        f"({t.step_ms:.1f} ms/step, bound by {t.bound})"])
+    if result.trtllm_bench is not None:
+        b = result.trtllm_bench
+        rows.append(["trtllm-bench throughput", f"{b.output_tokens_per_s:,.0f} output tok/s ({b.output_tokens_per_s_per_gpu:,.0f} per GPU) "
+                     f"for {b.requests:,} requests of {result.isl}/{result.osl}, with its own max_batch_size {b.max_batch_size} and "
+                     f"max_num_tokens {b.max_num_tokens} at KV fraction {b.kv_cache_free_gpu_mem_fraction}; batch {b.batch}, "
+                     f"bound by {b.bound}"])
     build = result.build
     if result.backend == "pytorch":
         rows.append(["recommended LLM-API options", f"max_batch_size {build['max_batch_size']}, max_num_tokens "

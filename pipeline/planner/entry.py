@@ -12,7 +12,8 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.published import accuracy_caveats, gpu_caveats
+from pipeline.planner.published import (TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits,
+                                        trtllm_bench_throughput)
 from pipeline.planner.rates import measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
@@ -51,6 +52,23 @@ class PlanSpec(BaseModel):
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
     speculation: SpeculationInput | None = None
     backend: Literal["tensorrt", "pytorch"] = "tensorrt"
+    trtllm_bench_requests: int | None = Field(None, ge=1)  # also predict `trtllm-bench throughput` on a dataset this size
+
+
+class TrtllmBenchPrediction(BaseModel):
+    """What `trtllm-bench throughput` should report for a dataset of `requests` requests of this ISL/OSL, run with
+    trtllm-bench's own limits (the prediction checked against NVIDIA's published figures: make plan-check)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requests: int
+    kv_cache_free_gpu_mem_fraction: float
+    max_batch_size: int
+    max_num_tokens: int
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    batch: int
+    bound: str
 
 
 class PlanResult(BaseModel):
@@ -73,6 +91,7 @@ class PlanResult(BaseModel):
     max_throughput: ThroughputEstimate | None
     constants: dict[str, float | str | None]
     speculation: SpeculationPlan | None = None
+    trtllm_bench: TrtllmBenchPrediction | None = None
     caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models, GPUs no fit saw)
 
 
@@ -108,6 +127,7 @@ def plan(spec: PlanSpec) -> PlanResult:
     if memory.fits:
         prediction = predict(scenario, spec.concurrency, build=build, efficiency=eff)
         throughput = max_throughput(scenario, build=build, efficiency=eff)
+    bench = _trtllm_bench(scenario, spec, eff) if memory.fits and spec.trtllm_bench_requests else None
     speculation = None
     if memory.fits and spec.speculation is not None:
         wanted = spec.speculation
@@ -130,7 +150,7 @@ def plan(spec: PlanSpec) -> PlanResult:
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         backend=spec.backend, memory=memory, fits=memory.fits, alternatives=options, build=build,
-        prediction=prediction, max_throughput=throughput, speculation=speculation,
+        prediction=prediction, max_throughput=throughput, speculation=speculation, trtllm_bench=bench,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
@@ -138,3 +158,20 @@ def plan(spec: PlanSpec) -> PlanResult:
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
     )
 
+
+def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff) -> TrtllmBenchPrediction:
+    """`trtllm-bench throughput` on this GPU: its own limits at the asked KV fraction (else its default), the dataset
+    replayed as the scheduler serves it (planner/offline.py)."""
+    if scenario.gpu.is_cpu:
+        raise UnsupportedError("trtllm-bench runs on a GPU, not on the CPU's reference runtime.",
+                               hint="Measure the reference runtime with `pipeline bench`, or plan a GPU (--gpu h100).")
+    fraction = spec.kv_cache_free_gpu_mem_fraction or TRTLLM_BENCH_KV_FRACTION
+    requests = int(spec.trtllm_bench_requests or 1)
+    limits = trtllm_bench_limits(scenario, spec.backend, fraction)
+    estimate = trtllm_bench_throughput(scenario, efficiency=eff, backend=spec.backend, requests=requests, kv_fraction=fraction)
+    return TrtllmBenchPrediction(
+        requests=requests, kv_cache_free_gpu_mem_fraction=fraction, max_batch_size=limits["max_batch_size"],
+        max_num_tokens=limits["max_num_tokens"], output_tokens_per_s=estimate.output_tokens_per_s,
+        output_tokens_per_s_per_gpu=round(estimate.output_tokens_per_s / scenario.tp, 2), batch=estimate.batch,
+        bound=estimate.bound,
+    )

@@ -22,6 +22,7 @@ from pipeline.planner.timing import ThroughputEstimate, max_throughput
 # docs/source/developer-guide/perf-overview.md, GPT-OSS llm_options.yml): FP8, "Hopper: use auto".
 _PUBLISHED_PRECISIONS = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("fp16", "auto"), "BF16": ("bf16", "auto")}
 PUBLISHED_KV_FRACTION = 0.95  # the perf-overview runs use --kv_cache_free_gpu_mem_fraction 0.95
+TRTLLM_BENCH_KV_FRACTION = 0.90  # trtllm-bench's own default ("the default setting of 0.90": the 1.2-dev page @03e27c7d)
 BACKENDS = ("tensorrt", "pytorch")
 
 
@@ -105,13 +106,14 @@ def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:
     return model.param_count - linear + (linear - experts) * packed + experts * _MXFP4_STORED_ELEMENTS
 
 
-def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[str, Any]:
-    """The max_batch_size / max_num_tokens trtllm-bench picks for this scenario (see the comment above), as a build."""
+def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt", kv_fraction: float = PUBLISHED_KV_FRACTION) -> dict[str, Any]:
+    """The max_batch_size / max_num_tokens trtllm-bench picks for this scenario (see the comment above) when run with
+    --kv_cache_free_gpu_mem_fraction `kv_fraction`, as a build."""
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
     kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
     per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
     memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - bench_param_count(model, scenario.quant.name) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
-    requests = max(0.0, memory_gib * PUBLISHED_KV_FRACTION / (per_token_gib * (isl + osl)))
+    requests = max(0.0, memory_gib * kv_fraction / (per_token_gib * (isl + osl)))
     raw_bs = min(requests, 4096)
     if raw_bs < 256:
         max_bs = max(64, round_up(raw_bs, 32))
@@ -122,7 +124,7 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt") -> dict[s
     if not chunked:
         max_tokens = max(max_tokens, isl + max_bs)
     return {"max_batch_size": max_bs, "max_num_tokens": max_tokens, "max_input_len": isl, "max_seq_len": isl + osl,
-            "kv_cache_free_gpu_mem_fraction": PUBLISHED_KV_FRACTION, "chunked_prefill": chunked,
+            "kv_cache_free_gpu_mem_fraction": kv_fraction, "chunked_prefill": chunked,
             "dynamic_batch_size": backend != "pytorch"}
 
 
@@ -140,11 +142,13 @@ def bench_requests(trtllm_version: str, isl: int, osl: int) -> int | None:
 
 def trtllm_bench_throughput(
     scenario: Scenario, *, efficiency: Efficiency | None = None, backend: str = "tensorrt", requests: int | None = None,
+    kv_fraction: float = PUBLISHED_KV_FRACTION,
 ) -> ThroughputEstimate:
     """What `trtllm-bench throughput` should report for this scenario's ISL/OSL, with trtllm-bench's own limits, for a
     dataset of `requests` requests (None: steady state)."""
     recommend_build(scenario, "throughput")  # refuses, naming what fits, when not one ISL+OSL sequence fits
-    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend), efficiency=efficiency, requests=requests)
+    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend, kv_fraction), efficiency=efficiency,
+                          requests=requests)
 
 
 def compare_published(

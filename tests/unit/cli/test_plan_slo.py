@@ -85,3 +85,14 @@ def test_a_model_trtllm_build_cannot_build_is_not_planned_as_an_engine(capsys) -
     capsys.readouterr()
     assert run(["plan", "--model", gpt_oss, "--isl", "1024", "--osl", "128", "--gpus", "h100,h200", "--slo", "tpot_p99_ms=50"]) == 2
     assert "no model class for GptOssForCausalLM" in capsys.readouterr().err
+
+
+def test_plan_prints_the_trtllm_bench_prediction(capsys) -> None:
+    args = ["plan", "--model", str(LLAMA_8B), "--gpu", "h100", "--quant", "fp8", "--isl", "128", "--osl", "2048",
+            "--trtllm-bench-requests", "3000"]
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "trtllm-bench" in out and "3,000" in out  # the table's row (rich wraps its text to the terminal)
+    assert run([*args, "--json"]) == 0
+    bench = json.loads(capsys.readouterr().out)["trtllm_bench"]
+    assert bench["requests"] == 3000 and bench["output_tokens_per_s"] > 0 and bench["kv_cache_free_gpu_mem_fraction"] == 0.9

@@ -154,3 +154,25 @@ def test_the_engine_architectures_are_trtllm_builds_and_cover_what_convert_build
     assert engine_flow_refusal(gpt_oss, "pytorch", h100) is None and engine_flow_refusal(gpt_oss, "tensorrt", cpu) is None
     assert engine_flow_refusal(P.published_model("mixtral-8x7b"), "tensorrt", h100) is None
     assert engine_flow_refusal(P.published_model("mixtral-8x7b").model_copy(update={"architecture": None}), "tensorrt", h100) is None
+
+
+def test_plan_predicts_trtllm_bench_as_the_published_comparison_does() -> None:
+    """--trtllm-bench-requests: the same prediction make plan-check compares with NVIDIA's published figures (its own
+    limits at the pages' KV fraction 0.95, their request count), and trtllm-bench's default fraction 0.90 otherwise."""
+    from pipeline.core.errors import UnsupportedError as Unsupported
+    from pipeline.planner.entry import PlanSpec, plan
+    from pipeline.planner.published import bench_requests, compare_published, published_rows
+
+    for backend, model in (("tensorrt", "llama-3.1-8b"), ("pytorch", "llama-3.3-70b")):
+        row = next(r for r in published_rows(backend) if r["model"] == model and r["gpu"] == "h200" and r["isl"] == "500")
+        requests = bench_requests(row["trtllm_version"], 500, int(row["osl"]))
+        config = Path(P.__file__).parents[1] / "data" / "published_models" / f"{model}.json"
+        spec = PlanSpec(model=config, gpu="h200", quant="fp8", kv_cache="fp8", tp=int(row["tp"]), isl=500, osl=int(row["osl"]),
+                        backend=backend, trtllm_bench_requests=requests, kv_cache_free_gpu_mem_fraction=0.95)
+        bench = plan(spec).trtllm_bench
+        assert bench is not None and bench.requests == requests == 3000
+        assert bench.output_tokens_per_s == compare_published(None, [row])[0]["predicted_tokens_per_s"]
+        default = plan(spec.model_copy(update={"kv_cache_free_gpu_mem_fraction": None})).trtllm_bench
+        assert default.kv_cache_free_gpu_mem_fraction == 0.9 and default.max_batch_size <= bench.max_batch_size
+    with pytest.raises(Unsupported, match="trtllm-bench runs on a GPU"):
+        plan(PlanSpec(model=LLAMA_8B, gpu="cpu", isl=32, osl=8, trtllm_bench_requests=100))
