@@ -73,6 +73,9 @@ def plan_command(
 
     With --slo: which build on which GPU meets TTFT/TPOT SLOs, and at what cost; with --calibrate: how far off it is."""
     set_json(json_output)
+    if trtllm_bench_requests and (slo or calibrate):
+        raise InvalidInputError("--trtllm-bench-requests predicts one configuration's trtllm-bench run, not a search or a "
+                                "calibration.", hint="Give --gpu KEY (and --quant, --tp) without --slo/--calibrate.")
     if slo:
         opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,
                     batch_sizes=batch_sizes, prices=prices, price=price, calibrate=calibrate, out=out)

@@ -96,3 +96,5 @@ def test_plan_prints_the_trtllm_bench_prediction(capsys) -> None:
     assert run([*args, "--json"]) == 0
     bench = json.loads(capsys.readouterr().out)["trtllm_bench"]
     assert bench["requests"] == 3000 and bench["output_tokens_per_s"] > 0 and bench["kv_cache_free_gpu_mem_fraction"] == 0.9
+    assert run([*BASE, "--slo", "tpot_p99_ms=50", "--trtllm-bench-requests", "3000"]) == 2
+    assert "one configuration" in capsys.readouterr().err
