@@ -14,7 +14,7 @@ from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
 from pipeline.planner.published import (TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits,
                                         trtllm_bench_throughput)
-from pipeline.planner.rates import measured_moe_s
+from pipeline.planner.rates import Efficiency, measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
 from pipeline.planner.shapes import model_spec_from_config
@@ -159,14 +159,14 @@ def plan(spec: PlanSpec) -> PlanResult:
     )
 
 
-def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff) -> TrtllmBenchPrediction:
+def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff: Efficiency) -> TrtllmBenchPrediction:
     """`trtllm-bench throughput` on this GPU: its own limits at the asked KV fraction (else its default), the dataset
     replayed as the scheduler serves it (planner/offline.py)."""
     if scenario.gpu.is_cpu:
         raise UnsupportedError("trtllm-bench runs on a GPU, not on the CPU's reference runtime.",
                                hint="Measure the reference runtime with `pipeline bench`, or plan a GPU (--gpu h100).")
     fraction = spec.kv_cache_free_gpu_mem_fraction or TRTLLM_BENCH_KV_FRACTION
-    requests = int(spec.trtllm_bench_requests or 1)
+    requests = spec.trtllm_bench_requests or 1  # called only when it is set
     limits = trtllm_bench_limits(scenario, spec.backend, fraction)
     estimate = trtllm_bench_throughput(scenario, efficiency=eff, backend=spec.backend, requests=requests, kv_fraction=fraction)
     return TrtllmBenchPrediction(
