@@ -122,7 +122,8 @@ def plan(spec: PlanSpec) -> PlanResult:
         scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
         kv_fraction=build["kv_cache_free_gpu_mem_fraction"],
     )
-    options = [] if memory.fits else alternatives(scenario)
+    options = [] if memory.fits else [alt for alt in alternatives(scenario)  # only what this backend deploys
+                                      if not backend_refusal(spec.backend, scenario.gpu, alt.quant, alt.kv_cache)]
     prediction = throughput = None
     if memory.fits:
         prediction = predict(scenario, spec.concurrency, build=build, efficiency=eff)

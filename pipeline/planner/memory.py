@@ -162,7 +162,7 @@ def alternatives(scenario: Scenario) -> list[Alternative]:
     smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     found: list[Alternative] = []
-    for size in (1, 2, 4, 8, 16):
+    for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():  # the reference runtime is one process
         if size <= tp or model.num_heads % size or (model.num_kv_heads % size and size % model.num_kv_heads):
             continue
         mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pipeline.core.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, check_precision, get_gpu
 from pipeline.planner.rates import require_figures
 from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
@@ -95,6 +95,8 @@ class Scenario:
         require_figures(self.gpu)
         check_precision(self.gpu, self.quant, self.kv)
         check_tp(self.model, self.tp)
+        if self.gpu.is_cpu and self.tp > 1:  # as pipeline build --gpu cpu refuses it (build/pytorch.py, build/__init__.py)
+            raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
         if self.isl < 1 or self.osl < 1:
             raise InvalidInputError("ISL and OSL must be at least 1 token.", hint="e.g. --isl 1024 --osl 128")
         window = self.model.max_position_embeddings

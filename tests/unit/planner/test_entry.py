@@ -176,3 +176,22 @@ def test_plan_predicts_trtllm_bench_as_the_published_comparison_does() -> None:
         assert default.kv_cache_free_gpu_mem_fraction == 0.9 and default.max_batch_size <= bench.max_batch_size
     with pytest.raises(Unsupported, match="trtllm-bench runs on a GPU"):
         plan(PlanSpec(model=LLAMA_8B, gpu="cpu", isl=32, osl=8, trtllm_bench_requests=100))
+
+
+def test_what_would_fit_is_what_the_backend_deploys_and_the_cpu_is_one_process() -> None:
+    """The alternatives a plan names (and its exit-2 hint) are builds the planned backend deploys: no INT8 weight-only
+    for the PyTorch backend, no TP on the CPU, whose reference runtime `pipeline build --gpu cpu` builds at TP 1 only."""
+    from pipeline.core.errors import UnsupportedError as Unsupported
+    from pipeline.core.gpus import get_gpu
+    from pipeline.planner.entry import PlanSpec, plan
+    from pipeline.planner.slo import backend_refusal
+
+    mixtral = Path(P.__file__).parents[1] / "data" / "published_models" / "mixtral-8x7b.json"
+    engines = {a.quant for a in plan(PlanSpec(model=mixtral, gpu="h100", quant="fp16")).alternatives}
+    pytorch = plan(PlanSpec(model=mixtral, gpu="h100", quant="fp16", backend="pytorch")).alternatives
+    assert "int8_wo" in engines and "int8_wo" not in {a.quant for a in pytorch} and pytorch
+    assert not any(backend_refusal("pytorch", get_gpu("h100"), a.quant, a.kv_cache) for a in pytorch)
+    on_cpu = plan(PlanSpec(model=mixtral, gpu="cpu", quant="fp16"))
+    assert not on_cpu.fits and all(a.tp == 1 for a in on_cpu.alternatives)
+    with pytest.raises(Unsupported, match="one CPU process"):
+        plan(PlanSpec(model=LLAMA_8B, gpu="cpu", tp=2, isl=64, osl=16))
