@@ -102,7 +102,8 @@ EFFICIENCY = Efficiency(bandwidth=0.685, compute_16bit=0.796, compute_8bit=0.967
 # With the runs' waves counted the cost per decoding sequence fell from 125 to 21 ns: it had stood in for the last waves.
 # Its routed experts take the MoE layer time NVIDIA measured on silicon for the shape (measured_moe_s: the PyTorch flow's
 # CUTLASS MoE, which this backend runs), nothing fitted: the 1.0 page's MoE rows at TP 1 (Qwen3-30B-A3B and Llama 4 Scout
-# on B200, never fitted) come out 12.6% and 12.5% in the median (47% and 24% worst; Qwen3 with 1.2-dev's rows too 14.1%).
+# on B200, never fitted) came out 12.6% and 12.5% in the median (47% and 24% worst; Qwen3 with 1.2-dev's rows too 14.1%);
+# since each run is replayed as the scheduler serves it, Qwen3 (both pages) 5.4% and Scout 10.8% (34% and 22% worst).
 # At the dense rate (moe_expert_compute 1.0, still the fallback for a shape the table lacks) they were +77% and +57%
 # (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both
 # (fitted on one, the other stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
