@@ -142,7 +142,7 @@ def _table(result: PlanResult):
         b = result.trtllm_bench
         rows.append(["trtllm-bench throughput", f"{b.output_tokens_per_s:,.0f} output tok/s ({b.output_tokens_per_s_per_gpu:,.0f} per GPU) "
                      f"for {b.requests:,} requests of {result.isl}/{result.osl}, with its own max_batch_size {b.max_batch_size} and "
-                     f"max_num_tokens {b.max_num_tokens} at KV fraction {b.kv_cache_free_gpu_mem_fraction}; batch {b.batch}, "
+                     f"max_num_tokens {b.max_num_tokens} at KV fraction {b.kv_cache_free_gpu_mem_fraction}; up to {b.batch} in flight, "
                      f"bound by {b.bound}"])
     build = result.build
     if result.backend == "pytorch":

@@ -67,8 +67,8 @@ class TrtllmBenchPrediction(BaseModel):
     max_num_tokens: int
     output_tokens_per_s: float
     output_tokens_per_s_per_gpu: float
-    batch: int
-    bound: str
+    batch: int  # the most requests in flight at once (the run fills up to it and drains from it)
+    bound: str  # what dominates its mean iteration
 
 
 class PlanResult(BaseModel):
