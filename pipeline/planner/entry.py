@@ -12,8 +12,7 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.published import (TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits,
-                                        trtllm_bench_throughput)
+from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits
 from pipeline.planner.rates import Efficiency, measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
@@ -169,7 +168,7 @@ def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff: Efficiency) -> Trtllm
     fraction = spec.kv_cache_free_gpu_mem_fraction or TRTLLM_BENCH_KV_FRACTION
     requests = spec.trtllm_bench_requests or 1  # called only when it is set
     limits = trtllm_bench_limits(scenario, spec.backend, fraction)
-    estimate = trtllm_bench_throughput(scenario, efficiency=eff, backend=spec.backend, requests=requests, kv_fraction=fraction)
+    estimate = max_throughput(scenario, build=limits, efficiency=eff, requests=requests)
     return TrtllmBenchPrediction(
         requests=requests, kv_cache_free_gpu_mem_fraction=fraction, max_batch_size=limits["max_batch_size"],
         max_num_tokens=limits["max_num_tokens"], output_tokens_per_s=estimate.output_tokens_per_s,

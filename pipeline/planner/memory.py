@@ -46,7 +46,7 @@ def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
     expert_bits_per_weight), embeddings, lm_head and norms in 16-bit (the quantizers leave those unquantized)."""
     fmt = as_quant(quant)
     experts = model.routed_expert_params
-    linear = ((model.num_layers * model.matmul_params_per_layer - experts) * bits_per_weight(fmt)
+    linear = ((model.linear_params - experts) * bits_per_weight(fmt)
               + experts * expert_bits_per_weight(model, fmt)) / 8
     linear += model.num_layers * model.num_experts * model.hidden_size * 4 if fmt.is_quantized else 0  # per-channel scales
     sixteen_bit = (model.embedding_params + model.lm_head_params + model.norm_params) * 2
@@ -158,11 +158,11 @@ def memory_plan(
 
 
 def alternatives(scenario: Scenario) -> list[Alternative]:
-    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision, then
-    smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
+    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision (not on the CPU, whose
+    reference runtime is one process), then smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     found: list[Alternative] = []
-    for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():  # the reference runtime is one process
+    for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():
         if size <= tp or model.num_heads % size or (model.num_kv_heads % size and size % model.num_kv_heads):
             continue
         mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)

@@ -47,7 +47,10 @@ class IterationGroup:
 class OfflineSchedule:
     groups: tuple[IterationGroup, ...]
     output_tokens: int
-    iterations: int
+
+    @property
+    def iterations(self) -> int:
+        return sum(group.iterations for group in self.groups)
 
 
 class _Accumulator:
@@ -133,4 +136,4 @@ def offline_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_
             decoding.append([finished, iteration - 1])
             decoding_count += finished
             decoding_start_sum += finished * (iteration - 1)
-    return OfflineSchedule(acc.groups(), output, iteration)
+    return OfflineSchedule(acc.groups(), output)

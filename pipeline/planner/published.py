@@ -100,7 +100,7 @@ _GIB = 1024**3
 
 def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:
     """The parameter count trtllm-bench reads from a checkpoint of `model` at `quant` (see the comment above)."""
-    linear = model.num_layers * model.matmul_params_per_layer
+    linear = model.linear_params
     experts = model.routed_expert_params if model.expert_weights == "mxfp4" else 0
     packed = _STORED_ELEMENTS.get(quant, 1.0)
     return model.param_count - linear + (linear - experts) * packed + experts * _MXFP4_STORED_ELEMENTS
@@ -142,13 +142,11 @@ def bench_requests(trtllm_version: str, isl: int, osl: int) -> int | None:
 
 def trtllm_bench_throughput(
     scenario: Scenario, *, efficiency: Efficiency | None = None, backend: str = "tensorrt", requests: int | None = None,
-    kv_fraction: float = PUBLISHED_KV_FRACTION,
 ) -> ThroughputEstimate:
     """What `trtllm-bench throughput` should report for this scenario's ISL/OSL, with trtllm-bench's own limits, for a
     dataset of `requests` requests (None: steady state)."""
     recommend_build(scenario, "throughput")  # refuses, naming what fits, when not one ISL+OSL sequence fits
-    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend, kv_fraction), efficiency=efficiency,
-                          requests=requests)
+    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend), efficiency=efficiency, requests=requests)
 
 
 def compare_published(

@@ -196,6 +196,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         calibrated = calibration is not None and calibration.matches(gpu_key, spec.backend)
         gpu = calibration.target if calibrated else plan_target(get_gpu(gpu_key))  # type: ignore[union-attr]
         factors = calibration.factors if calibrated else {}  # type: ignore[union-attr]
+        no_engine = engine_flow_refusal(model, spec.backend, gpu)  # the same for every build on this GPU
 
         def scale(value: Latency) -> Latency:
             return calibration.apply(value) if factors else value  # type: ignore[union-attr]
@@ -204,7 +205,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
             for kv in _kv_options(spec, gpu):
                 for tp in spec.tps:
                     name = f"{tp}x {gpu.key} {quant}/kv-{kv}"
-                    refusal = engine_flow_refusal(model, spec.backend, gpu) or backend_refusal(spec.backend, gpu, quant, kv)
+                    refusal = no_engine or backend_refusal(spec.backend, gpu, quant, kv)
                     try:
                         scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
                         eff = backend_efficiency(scenario, spec.backend)

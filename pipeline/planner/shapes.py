@@ -103,6 +103,11 @@ class ModelSpec(BaseModel):
         return self.attention_params_per_layer + self._mlp_params_per_layer(self.num_experts)
 
     @property
+    def linear_params(self) -> float:
+        """Weights of every linear layer of the model (what a quantizer quantizes; all experts)."""
+        return self.num_layers * self.matmul_params_per_layer
+
+    @property
     def active_matmul_params_per_layer(self) -> float:
         """Weights one token multiplies through in one layer (top-k and shared experts for MoE; the mean over layers)."""
         return self.attention_params_per_layer + self._mlp_params_per_layer(self.experts_per_token if self.moe_layer_count else 1)
@@ -142,7 +147,7 @@ class ModelSpec(BaseModel):
     @property
     def param_count(self) -> int:
         return int(
-            self.num_layers * self.matmul_params_per_layer
+            self.linear_params
             + self.norm_params
             + self.embedding_params
             + self.lm_head_params

@@ -292,10 +292,11 @@ def max_throughput(
         batch = min(batch, max(1, requests))
         run = offline_schedule(scenario.isl, scenario.osl, max(1, requests), _in_flight_limit(memory, build),
                                build["max_num_tokens"], build.get("chunked_prefill", True))
-        step = mean_step(scenario, [(group.iterations / run.iterations, StepLoad(
+        iterations = run.iterations
+        step = mean_step(scenario, [(group.iterations / iterations, StepLoad(
             group.decode, group.decode_context, group.prefill_tokens, group.prefill_context, group.logits_tokens))
             for group in run.groups], eff)
-        tokens_per_s = run.output_tokens / (step.total_s * run.iterations)
+        tokens_per_s = run.output_tokens / (step.total_s * iterations)
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
