@@ -216,21 +216,26 @@ def mxfp4_moe_dtype(gpu: GpuSpec) -> str:
 
 
 @lru_cache(maxsize=1)
-def _moe_table() -> dict[tuple[str, str, int, int, int, int, int], tuple[list[float], list[float]]]:
-    """(gpu key, dtype, hidden, expert width, top-k, experts, expert TP) -> (token counts, seconds), ascending."""
+def _moe_table() -> dict[tuple[str, str, int, int, int, int, int, int], tuple[list[float], list[float]]]:
+    """(gpu key, dtype, hidden, expert width, top-k, experts, expert TP, expert parallelism) -> (token counts, seconds),
+    ascending."""
     table = {}
     for row in packaged_fact_rows("trtllm_moe_latency.tsv"):
-        key = (row["gpu"], row["dtype"], *(int(row[k]) for k in ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp")))
+        key = (row["gpu"], row["dtype"],
+               *(int(row[k]) for k in ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep")))
         table[key] = ([float(t) for t in row["tokens"].split(",")], [float(us) * 1e-6 for us in row["latency_us"].split(",")])
     return table
 
 
-def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, tokens: float) -> float | None:
+def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, tokens: float, *,
+                   expert_parallel: bool = False) -> float | None:
     """Seconds of one MoE layer's routed experts (routing, permutation, grouped GEMMs, finalize) over `tokens` tokens, as
     measured on silicon for this GPU, dtype, expert shape and expert TP (data/trtllm_moe_latency.tsv: TensorRT-LLM's
-    PyTorch-flow CUTLASS MoE); None where the table has no such shape."""
+    PyTorch-flow CUTLASS MoE); None where the table has no such shape. expert_parallel: the experts spread whole over the
+    `tp` GPUs (EP = tp, expert TP 1), `tokens` being all the GPUs' tokens together."""
     dtype = mxfp4_moe_dtype(gpu) if model.expert_weights == "mxfp4" else _MOE_DTYPES.get(quant.name)
-    key = (gpu.key, dtype or "", model.hidden_size, model.expert_width, model.experts_per_token, model.num_experts, tp)
+    moe_tp, moe_ep = (1, tp) if expert_parallel else (tp, 1)
+    key = (gpu.key, dtype or "", model.hidden_size, model.expert_width, model.experts_per_token, model.num_experts, moe_tp, moe_ep)
     found = _moe_table().get(key) if model.moe_layer_count else None
     if not found or tokens <= 0:
         return None
