@@ -1,10 +1,11 @@
 """Each backend's constants on models its fit never sees (pipeline/data/trtllm_published_throughput_more_models.tsv:
 TensorRT-LLM 0.17's engine rows of Mistral 7B, Mixtral 8x7B and Mixtral 8x22B; 1.0's PyTorch-backend rows of Qwen3-30B-A3B
 and Llama 4 Scout on B200 at TP 1), and on GPUs its fit never sees (pipeline/data/trtllm_published_throughput_more_gpus.tsv:
-1.0's PyTorch-backend rows on GB200 and the RTX PRO 6000 Blackwell Server Edition). scripts/plan_vs_published.py calls it;
+1.0's PyTorch-backend rows on GB200 and the RTX PRO 6000 Blackwell Server Edition), and MoE runs with attention data
+parallelism (pipeline/data/trtllm_published_throughput_dep.tsv: the 1.2-dev page's DEP columns). scripts/plan_vs_published.py calls it;
 it is a module of its own because its procedure differs from the main table's:
 
-- Mistral 7B, the PyTorch rows and the new GPUs' rows fit nothing: each is predicted with its backend's shipped constants (the PyTorch
+- Mistral 7B, the PyTorch rows, the new GPUs' rows and the DEP rows fit nothing: each is predicted with its backend's shipped constants (the PyTorch
   backend times an MoE's routed experts with NVIDIA's silicon MoE timings; the report gives the dense-rate figure beside).
 - Mixtral rows fit one engine constant and nothing else: the share of the dense GEMM rate an MoE's routed experts' math
   reaches (rates.Efficiency.moe_expert_compute; the dense constants stay as the main table fitted them). The figure to
@@ -65,7 +66,7 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
         held_out = {_key(r): r["error_pct"] for f in part["folds"] if f["held_out"] == "gpu" for r in f["comparison"]}
     part["aiconfigurator"]["per_gpu"] = side_by_side(moe, held_out)
     models = sorted({(r["backend"], r["model"]) for r in never})
-    return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv", "more_gpus": more_gpus_report(),
+    return {"table": "pipeline/data/trtllm_published_throughput_more_models.tsv", "more_gpus": more_gpus_report(), "dep": dep_report(),
             "never_fitted": [{"backend": backend, "model": model, "summary": P.error_summary(rows), "rows": rows,
                               **_as_dense(backend, model), "aiconfigurator": side_by_side(rows)}
                              for backend, model in models
@@ -98,6 +99,24 @@ def more_gpus_report() -> dict[str, Any]:
               for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows})]  # both pages: what `pipeline plan` quotes
     return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
             "summary": P.error_summary(rows), "groups": groups, "pooled": pooled, "aiconfigurator": aic}
+
+
+def dep_report() -> dict[str, Any]:
+    """The MoE rows run with attention data parallelism and the experts spread over the same GPUs (DEP;
+    pipeline/data/trtllm_published_throughput_dep.tsv), never fitted: per model, GPU and DEP size, and whether silicon
+    timed that MoE shape at that expert parallelism (else its experts are planned at the dense GEMM rate)."""
+    rows = P.compare_published(None, P.dep_rows())
+    groups = []
+    for model, gpu, tp in sorted({(r["model"], r["gpu"], r["tp"]) for r in rows}):
+        group = [r for r in rows if (r["model"], r["gpu"], r["tp"]) == (model, gpu, tp)]
+        scenario = P.published_scenario(P.published_model(model), next(r for r in P.dep_rows() if (r["model"], r["gpu"]) == (model, gpu)
+                                                                        and int(r["tp"]) == tp))
+        measured = P.measured_moe_s(scenario.gpu, scenario.quant, scenario.model, tp, 1024, expert_parallel=True) is not None
+        groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": measured,
+                       "summary": P.error_summary(group), "mean_signed_pct_error": round(_mean_signed(group), 2), "rows": group})
+    timed = [r for g in groups if g["experts_timed_on_silicon"] for r in g["rows"]]
+    return {"table": "pipeline/data/trtllm_published_throughput_dep.tsv", "summary": P.error_summary(rows),
+            "timed_on_silicon": P.error_summary(timed), "groups": groups}
 
 
 def _mean_signed(comparison: list[dict[str, Any]]) -> float:
@@ -151,6 +170,15 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{prefix_gpus} {entry['gpu']:12s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
                      f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; "
                      f"ours (never fitted) {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
+    dep, prefix_dep = report["dep"], "DEP (attention data parallelism, experts over the same GPUs):"
+    for g in dep["groups"]:
+        lines.append(f"{prefix_dep} {g['model']:16s} {g['gpu']:12s} DEP{g['tp']} (never fitted, {g['summary']['rows']} rows): median "
+                     f"|error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, mean "
+                     f"signed {g['mean_signed_pct_error']:+.1f}%"
+                     + ("" if g["experts_timed_on_silicon"] else "; no silicon timing of these experts (dense GEMM rate)"))
+    for name, key in (("all", "summary"), ("experts timed on silicon", "timed_on_silicon")):
+        lines.append(f"{prefix_dep} {name}: median |error| {dep[key]['median_abs_pct_error']:.1f}%, worst "
+                     f"{dep[key]['max_abs_pct_error']:.1f}% over {dep[key]['rows']} rows")
     for entry in moe["aiconfigurator"]["per_gpu"]:
         ours = (f"GPU held out {entry['ours_gpu_held_out_median_abs_pct_error']:5.1f}% / {entry['ours_gpu_held_out_max_abs_pct_error']:5.1f}%, "
                 if "ours_gpu_held_out_median_abs_pct_error" in entry else "")
@@ -168,4 +196,6 @@ def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     gpus = [{"value": f"{g['gpu']} {g['model']} ({g['backend']} {g['trtllm_version']}, never fitted)", **g["summary"],
              "comparison": g["rows"]}
             for g in report["more_gpus"]["groups"]]
-    return {"models outside the fit": panel, "GPUs outside the fit": gpus}
+    dep = [{"value": f"{g['model']} {g['gpu']} DEP{g['tp']} (never fitted)", **g["summary"], "comparison": g["rows"]}
+           for g in report["dep"]["groups"]]
+    return {"models outside the fit": panel, "GPUs outside the fit": gpus, "DEP (never fitted)": dep}

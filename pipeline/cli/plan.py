@@ -35,6 +35,9 @@ TrtllmBenchOpt = Annotated[Optional[int], typer.Option(
     "--trtllm-bench-requests", min=1,
     help="Also predict what `trtllm-bench throughput` reports for a dataset of this many requests of exactly --isl/--osl "
          "(its own limits; --kv-fraction as you pass it to trtllm-bench, else its default 0.90).")]
+AttentionDpOpt = Annotated[bool, typer.Option(
+    "--attention-dp", help="--backend pytorch, MoE models: attention data parallelism with the experts spread over the --tp "
+                           "GPUs (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's DEP).")]
 TpotSloOpt = Annotated[Optional[float], typer.Option("--tpot-slo-ms", min=0.001, help="With --speculative-acceptance: the TPOT SLO the call is made for.")]
 
 
@@ -66,6 +69,7 @@ def plan_command(
     draft_model: DraftModelOpt = None,
     tpot_slo_ms: TpotSloOpt = None,
     trtllm_bench_requests: TrtllmBenchOpt = None,
+    attention_dp: AttentionDpOpt = False,
     out: PlanOutOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -76,6 +80,9 @@ def plan_command(
     if trtllm_bench_requests and (slo or calibrate):
         raise InvalidInputError("--trtllm-bench-requests predicts one configuration's trtllm-bench run, not a search or a "
                                 "calibration.", hint="Give --gpu KEY (and --quant, --tp) without --slo/--calibrate.")
+    if attention_dp and (slo or calibrate):
+        raise InvalidInputError("--attention-dp plans one configuration; the SLO search and calibration do not plan it.",
+                                hint="Give --gpu KEY --tp N --backend pytorch --attention-dp without --slo/--calibrate.")
     if slo:
         opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,
                     batch_sizes=batch_sizes, prices=prices, price=price, calibrate=calibrate, out=out)
@@ -91,7 +98,7 @@ def plan_command(
     spec = PlanSpec(
         model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
-        trtllm_bench_requests=trtllm_bench_requests,
+        trtllm_bench_requests=trtllm_bench_requests, attention_dp=attention_dp,
         speculation=None if speculative_acceptance is None else SpeculationInput(
             acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
     )
@@ -119,7 +126,9 @@ def _table(result: PlanResult):
                   + (" (engines attend to the whole context)" if (model.get("sliding_windows") or model.get("attention_chunks"))
                      and result.backend == "tensorrt" else "")],
         ["target", f"{result.tp}x {result.gpu}, weights {result.quant}, KV cache {result.kv_cache}, "
-                   f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}, backend {result.backend}"],
+                   f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}, backend {result.backend}"
+                   + (f", attention data parallel with the experts over the {result.tp} GPUs (DEP{result.tp}): memory, "
+                      "sequences and limits per GPU" if result.attention_dp else "")],
         ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],
         ["runtime + activations", f"{mem.reserve_gib:.2f} GiB of {mem.gpu_memory_gib:.0f} GiB"],
         ["KV cache", f"{mem.kv_cache_gib:.2f} GiB at fraction {mem.kv_cache_free_gpu_mem_fraction} = "
@@ -148,7 +157,8 @@ def _table(result: PlanResult):
     if result.backend == "pytorch":
         rows.append(["recommended LLM-API options", f"max_batch_size {build['max_batch_size']}, max_num_tokens "
                      f"{build['max_num_tokens']}, max_seq_len {build['max_seq_len']}, kv_cache_config.free_gpu_memory_fraction "
-                     f"{build['kv_cache_free_gpu_mem_fraction']}"])
+                     f"{build['kv_cache_free_gpu_mem_fraction']}"
+                     + (f", enable_attention_dp true, moe_expert_parallel_size {result.tp}" if result.attention_dp else "")])
     else:
         rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
                                           f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "

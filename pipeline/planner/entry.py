@@ -52,6 +52,7 @@ class PlanSpec(BaseModel):
     speculation: SpeculationInput | None = None
     backend: Literal["tensorrt", "pytorch"] = "tensorrt"
     trtllm_bench_requests: int | None = Field(None, ge=1)  # also predict `trtllm-bench throughput` on a dataset this size
+    attention_dp: bool = False  # the PyTorch backend's attention data parallelism, experts over the tp GPUs (Scenario)
 
 
 class TrtllmBenchPrediction(BaseModel):
@@ -82,7 +83,7 @@ class PlanResult(BaseModel):
     osl: int
     goal: Goal
     backend: str
-    memory: MemoryPlan
+    memory: MemoryPlan  # one GPU's (with attention_dp, the sequences it holds are its own requests')
     fits: bool
     alternatives: list[Alternative]
     build: dict[str, Any]
@@ -92,6 +93,7 @@ class PlanResult(BaseModel):
     speculation: SpeculationPlan | None = None
     trtllm_bench: TrtllmBenchPrediction | None = None
     caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models, GPUs no fit saw)
+    attention_dp: bool = False
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -99,8 +101,15 @@ def plan(spec: PlanSpec) -> PlanResult:
     the reference runtime, with this host's measured figures)."""
     model = model_spec_from_config(spec.model)
     kv_cache = spec.kv_cache or model.checkpoint_kv_cache
+    if spec.attention_dp and spec.backend != "pytorch":
+        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
+                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
+                               hint="Add --backend pytorch, or drop --attention-dp.")
+    if spec.attention_dp and spec.speculation is not None:
+        raise UnsupportedError("Speculative decoding is not planned with attention data parallelism.",
+                               hint="Drop --speculative-acceptance or --attention-dp.")
     scenario = Scenario(model, plan_target(spec.gpu), stored_precision(model, spec.quant), kv_cache, spec.tp, spec.isl,
-                        spec.osl).check()
+                        spec.osl, attention_dp=spec.attention_dp).check()
     quant = scenario.quant
     no_engine = engine_flow_refusal(model, spec.backend, scenario.gpu)
     if no_engine:
@@ -149,12 +158,13 @@ def plan(spec: PlanSpec) -> PlanResult:
             "checkpoint_quant": model.checkpoint_quant, "expert_weights": model.expert_weights,
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
-        backend=spec.backend, memory=memory, fits=memory.fits, alternatives=options, build=build,
+        backend=spec.backend, attention_dp=spec.attention_dp, memory=memory, fits=memory.fits, alternatives=options, build=build,
         prediction=prediction, max_throughput=throughput, speculation=speculation, trtllm_bench=bench,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
-            model, spec.backend, eff, moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1) is not None)
+            model, spec.backend, eff, attention_dp=spec.attention_dp,
+            moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1, expert_parallel=spec.attention_dp) is not None)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
     )
 

@@ -54,26 +54,35 @@ def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
 
 
 @lru_cache(maxsize=4096)  # pure, and called for every iteration the time model prices
-def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int) -> int:
-    """Layers and lm_head are split across TP ranks; the embedding table is replicated."""
+def weight_bytes_per_gpu(model: ModelSpec, quant: QuantFormat | str, tp: int, attention_dp: bool = False) -> int:
+    """Layers and lm_head are split across TP ranks; the embedding table is replicated. With attention data parallelism
+    only the routed experts are spread over the tp GPUs; every other weight is whole on each."""
     fmt = as_quant(quant)
     total = weight_bytes(model, fmt)
+    if attention_dp:
+        return int(total - routed_expert_bytes(model, fmt) * (1 - 1 / tp))
     replicated = (model.embedding_params + model.norm_params) * 2
     if model.tie_word_embeddings:  # the tied table doubles as the lm_head, which is split
         replicated = model.norm_params * 2 + model.embedding_params * 2
     return int(replicated + (total - replicated) / tp)
 
 
+def routed_expert_bytes(model: ModelSpec, quant: QuantFormat | str) -> float:
+    """Bytes of the whole model's routed experts."""
+    return model.routed_expert_params * expert_bits_per_weight(model, as_quant(quant)) / 8
+
+
 def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: int, tokens: float, *,
-                               routed_experts: bool = True) -> float:
+                               routed_experts: bool = True, attention_dp: bool = False) -> float:
     """Bytes of weights one iteration of `tokens` tokens reads per GPU. A dense model reads them all. An MoE reads its
     routed experts only as far as the tokens reach them: each token picks k of E experts, so with routing spread evenly a
     layer's expected share of experts touched is 1 - (1 - k/E)^tokens (k/E for one decoding sequence, all of them at
-    large batches). routed_experts False: without the routed experts (timed apart, as measured on silicon)."""
-    total = weight_bytes_per_gpu(model, quant, tp)
+    large batches). routed_experts False: without the routed experts (timed apart, as measured on silicon). With
+    attention data parallelism `tokens` are all GPUs' tokens, which the experts see together."""
+    total = weight_bytes_per_gpu(model, quant, tp, attention_dp)
     if not model.moe_layer_count:
         return float(total)
-    routed = model.routed_expert_params * expert_bits_per_weight(model, quant) / 8 / tp
+    routed = routed_expert_bytes(model, quant) / tp
     touched = 1 - (1 - model.experts_per_token / model.num_experts) ** max(tokens, 1.0) if routed_experts else 0.0
     return total - routed * (1 - touched)
 
@@ -132,14 +141,15 @@ def memory_plan(
     max_batch_size: int = 256,
     kv_fraction: float = DEFAULT_KV_FRACTION,
 ) -> MemoryPlan:
-    """Per-GPU memory at these build limits: weights, reserve, the KV cache and the sequences it holds."""
+    """Per-GPU memory at these build limits: weights, reserve, the KV cache and the sequences it holds (with attention
+    data parallelism, the GPU's own requests': every GPU holds as many)."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     total = (gpu.usable_memory_gib or 0) * GIB
-    weights = weight_bytes_per_gpu(model, quant, tp)
-    reserve = RUNTIME_RESERVE_GIB * GIB + activation_bytes(model, tp, max_num_tokens, max_batch_size)
+    weights = weight_bytes_per_gpu(model, quant, tp, scenario.attention_dp)
+    reserve = RUNTIME_RESERVE_GIB * GIB + activation_bytes(model, scenario.attention_tp, max_num_tokens, max_batch_size)
     free = max(0.0, total - weights - reserve)
     kv_cache = free * kv_fraction
-    per_token = kv_bytes_per_token(model, kv, tp)
+    per_token = kv_bytes_per_token(model, kv, scenario.attention_tp)
     capacity = int(kv_cache // per_token)
     blocks_per_sequence = math.ceil((scenario.isl + scenario.osl) / TOKENS_PER_BLOCK)
     max_sequences = int((capacity // TOKENS_PER_BLOCK) // blocks_per_sequence)

@@ -42,6 +42,12 @@ def more_model_rows(model_prefix: str | None = None) -> list[dict[str, str]]:
     return [row for row in rows if model_prefix is None or row["model"].startswith(model_prefix)]
 
 
+def dep_rows() -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_dep.tsv: the 1.2-dev page's MoE runs with attention data
+    parallelism and the experts spread over the same GPUs (DEP), which no fit sees."""
+    return packaged_fact_rows("trtllm_published_throughput_dep.tsv")
+
+
 def more_gpu_rows() -> list[dict[str, str]]:
     """Rows of pipeline/data/trtllm_published_throughput_more_gpus.tsv: 1.0's PyTorch-backend rows on GPUs no fit sees
     (GB200; RTX PRO 6000 Blackwell Server Edition), whose figures are pipeline/data/gpus_added.tsv's."""
@@ -62,7 +68,7 @@ def published_model(name: str) -> ModelSpec:
 
 
 def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
-    """The Scenario of one published row (gpu, precision, tp, isl, osl)."""
+    """The Scenario of one published row (gpu, precision, tp, isl, osl; attention_dp "true" for the DEP rows)."""
     precision = str(row["precision"])
     gpu = as_gpu(row["gpu"])
     if precision.upper() == "MXFP4":  # the checkpoint as published (MXFP4 experts); the page's KV cache: "fp8 # Hopper: use auto"
@@ -74,7 +80,8 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
             raise InvalidInputError(
                 f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
             ) from None
-    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]))
+    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]),
+                    attention_dp=str(row.get("attention_dp", "")).lower() == "true")
 
 
 # trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
@@ -179,24 +186,33 @@ _ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {shar
                "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
 _PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
                          "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
-                         "out 5.4% and 10.8% off in the median, 34% and 22% at worst")
+                         "out 3.8% and 10.9% off in the median, 33% and 22% at worst")
 _PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
                            "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
-                           "+59% and +48% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "+58% and +48% fast (median); treat the throughput as an upper bound and calibrate from your own "
                            "bench (pipeline plan --calibrate)")
 
 _PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 20B and 120B at TP 1 (1.2-dev page; never fitted, "
-                  "experts timed on silicon) came out 25.3% and 20.5% off in the median, 52% and 31% at worst: the large-batch "
+                  "experts timed on silicon) came out 25.3% and 20.9% off in the median, 52% and 31% at worst: the large-batch "
                   "rows on B200 and GB200 up to 52% fast, 120B on H200 up to 31% slow (AIConfigurator, on the same rows: 24% in "
                   "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
 
+_PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (1.2-dev page; never fitted) came out, where "
+                "silicon timed the experts at that expert parallelism, 9.3% off in the median and 48% at worst: Llama 4 "
+                "Maverick and Qwen3-235B 2.1-8.9% (median per GPU) on B200 and GB200, but Qwen3-235B 21% and 30% fast on "
+                "H200 and H100, and GPT-OSS 120B 39% fast on B200; treat DEP throughput on Hopper as an upper bound")
 
-def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None) -> list[str]:
+
+def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,
+                     attention_dp: bool = False) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
     beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
-    and TP (None: it depends on the candidate, as in a search)."""
+    and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism."""
     if not model.moe_layer_count:
         return []
+    if attention_dp:
+        return [_PYTORCH_DEP] + ([_PYTORCH_MOE_UNMEASURED.format(where=" at this expert parallelism on this GPU and precision")]
+                                 if moe_measured is False else [])
     if backend == "tensorrt":
         return [_ENGINE_MOE.format(share=efficiency.moe_expert_compute)]
     if model.expert_weights == "mxfp4":  # and where silicon did not time its experts on this GPU, what that costs too
@@ -207,20 +223,20 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
     if moe_measured:
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
-            "which put those rows +59% and +48% fast)"]
+            "which put those rows +58% and +48% fast)"]
 
 
 # What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
 # that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
 _GPU_OUTSIDE_FIT = {
     ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
-                           "(Llama 3.3 70B, Llama 3.1 405B), 3.7% and 5.0% off in the median (11% and 7.6% worst){moe}"),
+                           "(Llama 3.3 70B, Llama 3.1 405B), 3.9% and 4.8% off in the median (11% and 7.7% worst){moe}"),
     ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
-                                  "Qwen3-30B-A3B) came out 5.5% and 6.5% off in the median, 29% and 18% at worst: prefill-bound "
+                                  "Qwen3-30B-A3B) came out 5.3% and 6.5% off in the median, 28% and 17% at worst: prefill-bound "
                                   "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
                                   "(pipeline plan --calibrate)"),
 }
-_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 34% and 34%, mostly fast: those runs published as little as "
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 33% and 34%, mostly fast: those runs published as little as "
               "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "
               "upper bound")
 _GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, check_precision, get_gpu
 from pipeline.planner.rates import require_figures
-from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config
+from pipeline.planner.shapes import ModelSpec, check_attention_dp, check_tp, model_spec_from_config
 from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Goal = Literal["latency", "throughput"]
@@ -71,6 +71,12 @@ class Scenario:
 
     Names are resolved when it is made: `model` may be a ModelSpec or an HF folder / config.json,
     `gpu` a GPU-table key or alias, `quant` and `kv` precision names (kv None: the 16-bit default).
+
+    attention_dp: the PyTorch backend's attention data parallelism with the experts spread over the same GPUs
+    (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's "DEP"): each of the `tp` GPUs holds the whole
+    attention (and every weight but the routed experts) and its own requests' KV cache, and schedules its own batch;
+    the MoE layers gather all GPUs' tokens, each GPU running 1/tp of the experts on them. Memory plans, build limits
+    and iteration loads are then one GPU's.
     """
 
     model: ModelSpec
@@ -80,6 +86,17 @@ class Scenario:
     tp: int = 1
     isl: int = 1024
     osl: int = 128
+    attention_dp: bool = False
+
+    @property
+    def attention_tp(self) -> int:
+        """The GPUs one attention layer is split over: 1 with attention data parallelism, else tp."""
+        return 1 if self.attention_dp else self.tp
+
+    @property
+    def ranks(self) -> int:
+        """The GPUs that schedule requests apart (attention data parallelism: each of the tp), else 1."""
+        return self.tp if self.attention_dp else 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_model(self.model))
@@ -94,7 +111,10 @@ class Scenario:
         """Every refusal that needs no arithmetic: GPU figures, precision support, TP split, lengths."""
         require_figures(self.gpu)
         check_precision(self.gpu, self.quant, self.kv)
-        check_tp(self.model, self.tp)
+        if self.attention_dp:
+            check_attention_dp(self.model, self.tp)
+        else:
+            check_tp(self.model, self.tp)
         if self.gpu.is_cpu and self.tp > 1:  # as pipeline build --gpu cpu refuses it (build/pytorch.py, build/__init__.py)
             raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
         if self.isl < 1 or self.osl < 1:

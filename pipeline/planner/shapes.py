@@ -363,3 +363,15 @@ def check_tp(model: ModelSpec, tp: int) -> None:
             f"--tp {tp} neither divides nor is a multiple of the model's {model.num_kv_heads} KV heads.",
             hint="Pick a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated).",
         )
+
+
+def check_attention_dp(model: ModelSpec, tp: int) -> None:
+    """Refuse attention data parallelism where it has no experts to spread, or cannot spread them evenly over tp GPUs."""
+    if not model.moe_layer_count:
+        raise InvalidInputError(f"--attention-dp spreads an MoE's experts over the GPUs; {model.name} has none.",
+                                hint="Drop --attention-dp: a dense model is split with --tp.")
+    if tp < 2 or model.num_experts % tp:
+        raise InvalidInputError(
+            f"--attention-dp with --tp {tp}: the {model.num_experts} experts of {model.name} are spread over the tp GPUs, "
+            "so tp must be at least 2 and divide them.",
+            hint=f"Use --tp {' or '.join(str(n) for n in (2, 4, 8) if model.num_experts % n == 0) or 'N (a divisor)'}.")

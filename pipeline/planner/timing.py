@@ -72,7 +72,7 @@ def kv_fraction(scenario: Scenario, eff: Efficiency) -> float:
     """The fraction of datasheet bandwidth at which decode attention reads the KV cache: as measured on silicon for one
     rank's attention shape where the backend's constants say so and the GPU has a figure, else the weight reads' fraction."""
     if eff.kv_bandwidth_measured:
-        model, tp = scenario.model, scenario.tp
+        model, tp = scenario.model, scenario.attention_tp
         measured = kv_read_fraction(scenario.gpu.key, scenario.kv.bytes_per_element, model.head_dim, model.num_heads / tp,
                                     kv_heads_per_gpu(model, tp))
         if measured is not None:
@@ -81,10 +81,13 @@ def kv_fraction(scenario: Scenario, eff: Efficiency) -> float:
 
 
 def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
-    """Seconds for one iteration of `load` (the scenario's isl/osl are not used: the load says it all)."""
+    """Seconds for one iteration of `load` (the scenario's isl/osl are not used: the load says it all). With attention
+    data parallelism the load is one GPU's, every GPU carrying as much."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
+    adp, attention_tp = scenario.attention_dp, scenario.attention_tp
     decode, prefill_tokens = load.decode, load.prefill_tokens
     tokens = decode + prefill_tokens
+    expert_tokens = tokens * scenario.ranks  # the experts see every rank's tokens
     logits = decode if load.logits_tokens is None else load.logits_tokens
     bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
     if eff.gemm_rate_measured:  # shares of the rate measured on silicon, 16-bit math at the BF16 GEMMs' rate
@@ -95,35 +98,39 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         attn_rate = attention_rate(gpu) * eff.compute_16bit  # attention and the (unquantized) lm_head run in 16-bit
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token. An MoE's routed experts take the MoE layer
     # time measured on silicon where the backend's constants say so and the table has the shape, else their own share.
-    moe_layer_s = measured_moe_s(gpu, quant, model, tp, tokens) if eff.moe_measured and tokens else None
+    moe_layer_s = (measured_moe_s(gpu, quant, model, tp, expert_tokens, expert_parallel=adp)
+                   if eff.moe_measured and tokens else None)
     experts = model.routed_active_params_per_token
     expert_params = 0.0 if moe_layer_s is not None else experts / eff.moe_expert_compute
-    layer_flops = 2 * (model.active_params_per_token - experts + expert_params) * tokens / tp
-    gemm_compute_s = layer_flops / rate + model.head_flops_per_token * logits / tp / attn_rate
+    layer_flops = 2 * ((model.active_params_per_token - experts) * tokens / attention_tp + expert_params * expert_tokens / tp)
+    gemm_compute_s = layer_flops / rate + model.head_flops_per_token * logits / attention_tp / attn_rate
     # an MoE's untouched experts are not read (nor, where they are timed apart, any of them)
-    read_bytes = weight_bytes_read_per_step(model, quant, tp, tokens, routed_experts=moe_layer_s is None)
+    read_bytes = weight_bytes_read_per_step(model, quant, tp, expert_tokens, routed_experts=moe_layer_s is None,
+                                            attention_dp=adp)
     gemm_s = gemm_roofline_s(read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if tokens else 0.0
     gemm_s += (moe_layer_s or 0.0) * model.moe_layer_count
     # Decode attention: every sequence reads its whole KV cache (a sliding-window layer its last W tokens, a chunked layer
     # its own chunk, where the backend runs them so).
     local = eff.sliding_windows
-    kv_read = decode * (model.attended_tokens(load.decode_context) if local else load.decode_context) * kv_bytes_per_token(model, kv, tp)
+    kv_read = decode * (model.attended_tokens(load.decode_context) if local else load.decode_context) * kv_bytes_per_token(model, kv, attention_tp)
     decode_attention_s = kv_read / (hbm_bandwidth(gpu) * kv_fraction(scenario, eff)) if kv_read else 0.0
     # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
-    heads = model.num_heads / tp
+    heads = model.num_heads / attention_tp
     span = model.attended_tokens(load.prefill_context, prefill=True) if local else load.prefill_context
     context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * span
     context_attention_s = context_flops / attn_rate if attn_rate else 0.0
     # TP: two all-reduces of the hidden states per layer, as measured on this GPU where the table has it, else
-    # estimated (ring: 2(tp-1)/tp of the bytes per GPU).
+    # estimated (ring: 2(tp-1)/tp of the bytes per GPU). Attention data parallelism instead gathers every rank's tokens
+    # before each MoE layer and scatters the sums back after it: an all-gather and a reduce-scatter, which together
+    # move what one all-reduce of all the tokens does.
     allreduce_s = 0.0
     if tp > 1 and tokens:
-        per_call = measured_allreduce_s(gpu, tp, tokens * model.hidden_size)
+        elements = expert_tokens * model.hidden_size
+        per_call = measured_allreduce_s(gpu, tp, elements)
         if per_call is None:
             link, latency = link_bandwidth(gpu, tp)
-            message = tokens * model.hidden_size * ACTIVATION_BYTES
-            per_call = latency + 2 * (tp - 1) / tp * message / (link * ALLREDUCE_EFFICIENCY)
-        allreduce_s = 2 * model.num_layers * per_call
+            per_call = latency + 2 * (tp - 1) / tp * elements * ACTIVATION_BYTES / (link * ALLREDUCE_EFFICIENCY)
+        allreduce_s = (model.moe_layer_count if adp else 2 * model.num_layers) * per_call
     overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * decode) * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
 
@@ -228,7 +235,8 @@ def predict(
 ) -> Prediction:
     """TTFT, TPOT and output tokens/s for a closed loop of `concurrency` clients (each sends its next
     request when the last one finishes), on an engine built with `build` (default: recommend_build
-    for throughput)."""
+    for throughput). With attention data parallelism the clients are spread evenly over the GPUs, each scheduling its
+    share within the build's limits."""
     scenario.check()
     isl, osl = scenario.isl, scenario.osl
     eff = efficiency or EFFICIENCY
@@ -236,7 +244,9 @@ def predict(
         raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
-    batch = min(concurrency, _sustainable_batch(memory, build, isl, osl))
+    ranks = scenario.ranks
+    clients = concurrency / ranks  # per GPU that schedules apart
+    batch = min(clients, _sustainable_batch(memory, build, isl, osl))
     ttft = prefill_time(scenario, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
     step = mean_step(scenario, iteration_mix(scenario, batch, (batch - 1) * isl / osl, build), eff).total_s
@@ -244,15 +254,15 @@ def predict(
         ttft += step / 2  # a new request waits on average half an iteration to join the batch
     latency = ttft + (osl - 1) * step
     throughput = batch * osl / latency
-    if concurrency > batch:  # the rest queue (Little's law): each waits for concurrency - batch requests to finish
-        ttft += (concurrency - batch) / (throughput / osl)
+    if clients > batch:  # the rest queue (Little's law): each waits for clients - batch requests to finish
+        ttft += (clients - batch) / (throughput / osl)
         latency = ttft + (osl - 1) * step
     return Prediction(
         concurrency=concurrency,
-        batch=int(batch),
+        batch=int(batch * ranks),
         ttft_ms=round(ttft * 1e3, 3),
         tpot_ms=round(step * 1e3, 3),
-        output_tokens_per_s=round(throughput, 2),
+        output_tokens_per_s=round(throughput * ranks, 2),
         output_tokens_per_s_per_user=round(osl / latency, 3),
         request_latency_s=round(latency, 4),
     )
@@ -278,19 +288,22 @@ def max_throughput(
     requests: how many equal ISL/OSL requests the run is given at once (None: as many as it takes to reach steady
     state). A finite run is replayed iteration by iteration as the scheduler serves it (planner/offline.py: the batch
     filling as the token budget admits prompts, waves, the last requests draining it); throughput is its output tokens
-    over the sum of its iterations' times, and the phases its iterations' mean."""
+    over the sum of its iterations' times, and the phases its iterations' mean. With attention data parallelism each GPU
+    schedules its share of the requests alone, in step with the others; the batch is all GPUs' together."""
     scenario.check()
     model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
     eff = efficiency or EFFICIENCY
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
     batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
+    ranks = scenario.ranks
     if requests is None:
         step = mean_step(scenario, iteration_mix(scenario, batch, batch * scenario.isl / scenario.osl, build), eff)
         tokens_per_s = batch / step.total_s
     else:
-        batch = min(batch, max(1, requests))
-        run = offline_schedule(scenario.isl, scenario.osl, max(1, requests), _in_flight_limit(memory, build),
+        requests = max(1, -(-requests // ranks))  # one GPU's share
+        batch = min(batch, requests)
+        run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build),
                                build["max_num_tokens"], build.get("chunked_prefill", True))
         iterations = run.iterations
         step = mean_step(scenario, [(group.iterations / iterations, StepLoad(
@@ -301,17 +314,18 @@ def max_throughput(
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
     }
-    read_s = weight_bytes_read_per_step(model, quant, tp, batch) / (hbm_bandwidth(gpu) * eff.bandwidth)
+    read_s = (weight_bytes_read_per_step(model, quant, tp, batch * ranks, attention_dp=scenario.attention_dp)
+              / (hbm_bandwidth(gpu) * eff.bandwidth))
     gemm_bound = "weight reads" if gemm_roofline_s(read_s, read_s, eff.gemm_roofline_exponent) >= step.gemm_s else "GEMM compute"
     dominant = max(phases, key=phases.get)
     bound = gemm_bound if dominant == "gemm" else {
         "decode_attention": "KV reads", "context_attention": "context attention",
-        "allreduce": "TP all-reduce", "overhead": "step overhead",
+        "allreduce": "expert all-gather" if scenario.attention_dp else "TP all-reduce", "overhead": "step overhead",
     }[dominant]
     return ThroughputEstimate(
-        batch=batch,
+        batch=batch * ranks,
         step_ms=round(step.total_s * 1e3, 3),
-        output_tokens_per_s=round(tokens_per_s, 2),
+        output_tokens_per_s=round(tokens_per_s * ranks, 2),
         bound=bound,
         phases_ms={k: round(v * 1e3, 3) for k, v in phases.items()},
     )

@@ -158,17 +158,16 @@ def test_a_published_run_is_served_in_waves_of_its_batch() -> None:
 
 
 def test_every_row_knows_how_many_requests_its_run_had() -> None:
-    """All but the 1.2-dev page's 1000/1000 rows: that page's table names 1024/1024, not 1000/1000 (steady state)."""
+    """Every row of every published table; the 1.2-dev page's 1000/1000 rows, which its table does not name, with the 1.0
+    page's count for 1000/1000 (as 1.2-dev's own for 1024/1024), and the table row says where that came from."""
+    from pipeline.data import packaged_fact_rows
     from pipeline.planner.published import bench_requests
 
-    unknown = set()
-    for row in published_rows():
-        count = bench_requests(row["trtllm_version"], int(row["isl"]), int(row["osl"]))
-        if count is None:
-            unknown.add((row["trtllm_version"], row["isl"], row["osl"]))
-        else:
-            assert count in (30000, 3000, 1500, 1000)
-    assert unknown == {("1.2-dev", "1000", "1000")}
+    for row in [*published_rows(), *P.more_model_rows(), *P.more_gpu_rows(), *P.dep_rows()]:
+        assert bench_requests(row["trtllm_version"], int(row["isl"]), int(row["osl"])) in (30000, 3000, 1500, 1000), row
+    borrowed, = (r for r in packaged_fact_rows("trtllm_bench_requests.tsv") if (r["trtllm_version"], r["isl"]) == ("1.2-dev", "1000"))
+    assert borrowed["num_requests"] == "3000" and borrowed["commit"] == "00f37686aa854010d68bcbd0f4ab000221541ca6"
+    assert bench_requests("1.2-dev", 1024, 1024) == bench_requests("1.0", 1000, 1000) == 3000
     assert bench_requests("0.17", 1, 1) is None
 
 

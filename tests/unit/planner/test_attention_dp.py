@@ -1,0 +1,121 @@
+"""Attention data parallelism with the experts spread over the same GPUs (Scenario.attention_dp; NVIDIA's "DEP"): each GPU
+holds the whole attention and its own requests' KV cache and schedules its own batch; the MoE layers see every GPU's
+tokens, each GPU running 1/tp of the experts, timed on silicon at that expert parallelism (data/trtllm_moe_latency.tsv
+moe_ep); an all-gather and a reduce-scatter around each MoE layer replace TP's all-reduces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import planner as P
+from pipeline.cli import run
+from pipeline.core.errors import InvalidInputError
+from pipeline.data import packaged_fact_rows
+from pipeline.planner.memory import routed_expert_bytes, weight_bytes
+from pipeline.planner.rates import measured_allreduce_s
+
+QWEN = P.published_model("qwen3-235b-a22b")
+MODELS = Path(P.__file__).resolve().parents[1] / "data" / "published_models"
+
+
+def _dep(tp: int = 4, gpu: str = "b200", quant: str = "nvfp4") -> P.Scenario:
+    return P.Scenario(QWEN, gpu, quant, "fp8", tp, 1024, 1024, attention_dp=True)
+
+
+def test_memory_is_one_gpus_whole_attention_and_its_share_of_the_experts() -> None:
+    dep, tp4 = _dep(), _dep().replace(attention_dp=False)
+    experts = routed_expert_bytes(QWEN, "nvfp4")
+    assert P.weight_bytes_per_gpu(QWEN, "nvfp4", 4, True) == int(weight_bytes(QWEN, "nvfp4") - experts * 3 / 4)
+    assert P.weight_bytes_per_gpu(QWEN, "nvfp4", 4, True) > P.weight_bytes_per_gpu(QWEN, "nvfp4", 4)
+    dep_memory, tp_memory = (P.memory_plan(s, max_num_tokens=8192, max_batch_size=512) for s in (dep, tp4))
+    assert dep_memory.kv_bytes_per_token == P.kv_bytes_per_token(QWEN, "fp8", 1)  # every KV head, for its own requests
+    assert dep_memory.kv_bytes_per_token == 4 * tp_memory.kv_bytes_per_token  # 4 KV heads: one per GPU under TP 4
+
+
+def test_the_experts_take_silicons_timing_at_that_expert_parallelism() -> None:
+    dep = _dep()
+    row = next(r for r in packaged_fact_rows("trtllm_moe_latency.tsv")
+               if (r["gpu"], r["dtype"], r["hidden_size"], r["inter_size"], r["num_experts"], r["moe_tp"], r["moe_ep"])
+               == ("b200", "nvfp4", "4096", "1536", "128", "1", "4"))
+    tokens, latency_us = int(row["tokens"].split(",")[10]), float(row["latency_us"].split(",")[10])
+    assert P.measured_moe_s(dep.gpu, dep.quant, QWEN, 4, tokens, expert_parallel=True) == pytest.approx(latency_us * 1e-6)
+    expert_tp = P.measured_moe_s(dep.gpu, dep.quant, QWEN, 4, tokens)
+    assert expert_tp is not None and expert_tp != pytest.approx(latency_us * 1e-6)  # the other layout's row
+
+
+def test_an_iteration_is_one_gpus_load_with_every_gpus_tokens_at_the_experts() -> None:
+    eff = P.efficiency_for("pytorch")
+    dep = _dep()
+    load = P.StepLoad(decode=200, decode_context=1500, prefill_tokens=1024, prefill_context=512)
+    step = P.step_time(dep, load, eff)
+    alone = P.step_time(dep.replace(tp=1, attention_dp=False), load, eff)  # the same rank's attention, whole
+    assert step.decode_attention_s == pytest.approx(alone.decode_attention_s)
+    assert step.context_attention_s == pytest.approx(alone.context_attention_s)
+    assert step.overhead_s == pytest.approx(alone.overhead_s)
+    gathered = measured_allreduce_s(dep.gpu, 4, 4 * 1224 * QWEN.hidden_size)
+    assert step.allreduce_s == pytest.approx(QWEN.moe_layer_count * gathered)  # all-gather + reduce-scatter per MoE layer
+    experts = P.measured_moe_s(dep.gpu, dep.quant, QWEN, 4, 4 * 1224, expert_parallel=True)
+    assert step.gemm_s > QWEN.moe_layer_count * experts  # the experts of all four GPUs' tokens, and the rank's dense GEMMs
+
+
+def test_a_run_is_served_by_each_gpu_for_its_share_of_the_requests() -> None:
+    eff = P.efficiency_for("pytorch")
+    dep = _dep()
+    build = {"max_batch_size": 64, "max_num_tokens": 4096, "kv_cache_free_gpu_mem_fraction": 0.9, "chunked_prefill": False}
+    run_ = P.max_throughput(dep, build=build, efficiency=eff, requests=1000)
+    assert run_.batch == 4 * 64  # each GPU's in-flight limit, four GPUs
+    one_each = P.max_throughput(dep, build=build, efficiency=eff, requests=4)
+    assert one_each.batch == 4  # one request per GPU
+    closed = P.predict(dep, 256, build=build, efficiency=eff)
+    assert closed.batch == 4 * 64 and closed.output_tokens_per_s > P.predict(dep, 4, build=build, efficiency=eff).output_tokens_per_s
+
+
+@pytest.mark.parametrize(("model", "tp", "expected"), [
+    ("llama-3.1-8b", 2, "has none"),  # dense: nothing to spread
+    ("qwen3-235b-a22b", 1, "at least 2"),
+    ("qwen3-235b-a22b", 3, "divide them"),
+])
+def test_refused_where_there_are_no_experts_to_spread_evenly(model: str, tp: int, expected: str) -> None:
+    with pytest.raises(InvalidInputError, match=expected):
+        P.Scenario(P.published_model(model), "h200", "fp8", "fp8", tp, 1024, 128, attention_dp=True).check()
+
+
+def test_plan_cli(capsys) -> None:
+    config = str(MODELS / "qwen3-235b-a22b.json")
+    base = ["plan", "--model", config, "--gpu", "b200", "--quant", "nvfp4", "--kv-cache", "fp8", "--tp", "4"]
+    assert run([*base, "--backend", "pytorch", "--attention-dp", "--trtllm-bench-requests", "3000", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["attention_dp"] is True and data["memory"]["weights_gib"] > 30
+    assert data["trtllm_bench"]["output_tokens_per_s"] > 0
+    assert any(c.startswith("attention data parallelism (DEP)") for c in data["caveats"])
+    from pipeline.cli.plan import _table
+
+    cells = _table(P.PlanResult(**data)).columns[1]._cells  # what the table prints, before the terminal wraps it
+    assert any("enable_attention_dp true, moe_expert_parallel_size 4" in cell for cell in cells)
+    assert any("(DEP4): memory, sequences and limits per GPU" in cell for cell in cells)
+    for refused, why in (([*base, "--attention-dp"], "PyTorch backend"),
+                         ([*base, "--backend", "pytorch", "--attention-dp", "--slo", "tpot_p99_ms=50"], "one configuration"),
+                         (["plan", "--model", str(MODELS / "llama-3.1-8b.json"), "--gpu", "h100", "--tp", "2", "--backend",
+                           "pytorch", "--attention-dp"], "has none")):
+        assert run(refused) == 2
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err
+
+
+def test_dep_table_names_its_source_and_its_models_their_shapes() -> None:
+    rows = P.dep_rows()
+    assert len(rows) == 55 and {r["attention_dp"] for r in rows} == {"true"}
+    first = {"gpt-oss-120b": 121, "llama-4-maverick": 188, "qwen3-235b-a22b": 205}  # the 1.2-dev page's tables
+    for r in rows:
+        assert r["commit"] == "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d" and r["published_unit"] == "per_gpu"
+        assert r["tokens_per_s"] == str(int(r["published_value"]) * int(r["tp"]))
+        line = int(r["line"])
+        if r["gpu"] == "rtx-pro-6000":  # the RTX 6000 Pro tables' PP 1 DEP columns
+            assert line in {"qwen3-235b-a22b": range(224, 228), "qwen3-30b-a3b": range(258, 263)}[r["model"]]
+        else:
+            assert first[r["model"]] <= line < first[r["model"]] + 6
+    for model, count in (("qwen3-235b-a22b", 235.1e9), ("llama-4-maverick", 400.7e9)):  # "235B", "400B"
+        assert P.published_model(model).param_count == pytest.approx(count, rel=0.005)
