@@ -27,7 +27,7 @@ def deployment(tokenizer_dir: Path | None) -> dict[str, Any] | None:
     return {
         "model": profile.get("model"), "gpu": profile["gpu"], "backend": profile.get("backend") or "tensorrt",
         "runtime": profile.get("runtime"), "quant": profile.get("quant"), "kv_cache": profile.get("kv_cache"),
-        "tp": profile.get("tp", 1), "max_batch_size": profile.get("max_batch_size"),
+        "tp": profile.get("tp", 1), "attention_dp": bool(profile.get("attention_dp")), "max_batch_size": profile.get("max_batch_size"),
         "max_num_tokens": profile.get("max_num_tokens"),
         "kv_cache_free_gpu_mem_fraction": slo_plan.get("kv_cache_free_gpu_mem_fraction", 0.9),
         "engine_dir": str(Path(tokenizer_dir).parent), "slo_plan": slo_plan or None,

@@ -74,6 +74,7 @@ class BuildSpec(BaseModel):
     max_lora_rank: int | None = Field(None, ge=1)
     lora_target_modules: tuple[str, ...] = ()
     speculative: SpeculativeSpec | None = None
+    attention_dp: bool = False  # --backend pytorch: attention data parallelism, the experts over the tp GPUs (DEP)
 
 
 class BuildPlan(PlannedProfile):
@@ -175,6 +176,10 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
         from pipeline.build.pytorch import plan_pytorch
 
         return plan_pytorch(spec)
+    if spec.attention_dp:
+        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
+                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
+                               hint="Add --backend pytorch, or drop --attention-dp.")
     gpu = get_gpu(spec.gpu)
     if spec.speculative is not None:  # refused before any file is read
         decide(spec.speculative, backend=spec.backend, pp=spec.pp or 1, cpu=gpu.is_cpu)

@@ -55,13 +55,15 @@ class EngineTarget:
     tp: int = 1
     pp: int = 1
     goal: Goal = "throughput"
+    attention_dp: bool = False  # the PyTorch backend's DEP: memory and limits per GPU (planner Scenario.attention_dp)
 
     def on(self, gpu: GpuSpec) -> EngineTarget:
         return replace(self, gpu=gpu)
 
     def scenario(self, isl: int, osl: int) -> Scenario:
         """One stage (its share of the layers) on the device (host memory for the CPU), unchecked."""
-        return Scenario(_stage(self.model, self.pp), _device(self.gpu), self.quant, self.kv, self.tp, isl, osl)
+        return Scenario(_stage(self.model, self.pp), _device(self.gpu), self.quant, self.kv, self.tp, isl, osl,
+                        attention_dp=self.attention_dp)
 
 
 class MemoryEstimate(BaseModel):
@@ -102,7 +104,7 @@ def estimate(target: EngineTarget, limits: Limits, lora_bytes: int = 0) -> Memor
     that leftover cannot hold."""
     scenario = target.scenario(*limits.isl_osl)
     plan = planner.memory_plan(scenario, max_num_tokens=limits.max_num_tokens, max_batch_size=limits.max_batch_size)
-    activation = planner.activation_bytes(scenario.model, target.tp, limits.max_num_tokens, limits.max_batch_size) / GIB
+    activation = planner.activation_bytes(scenario.model, scenario.attention_tp, limits.max_num_tokens, limits.max_batch_size) / GIB
     one_sequence = plan.kv_bytes_per_token * limits.max_seq_len / GIB
     capacity, sequences, fits = plan.kv_capacity_tokens, plan.max_sequences, plan.fits
     lora, fraction = lora_bytes / GIB, None

@@ -40,6 +40,7 @@ class BuildProfile(BaseModel):
     backend: Backend = Field(DEFAULT_BACKEND, description="tensorrt (an engine) or pytorch (LLM-API options + HF checkpoint)")
     lora: str | None = Field(None, description="a LoRA build: the hash of its adapters, rank and target modules")
     speculative: str | None = Field(None, description="speculative decoding, e.g. draft-target-k4-<draft> (None: off)")
+    attention_dp: bool = Field(False, description="PyTorch backend: attention data parallelism, the experts over the tp GPUs")
 
     @property
     def world_size(self) -> int:
@@ -55,6 +56,8 @@ class BuildProfile(BaseModel):
             del fields["lora"]
         if self.speculative is None:  # left out too: profiles without speculation keep their ids
             del fields["speculative"]
+        if not self.attention_dp:  # and without attention data parallelism
+            del fields["attention_dp"]
         return fields
 
     @property
@@ -71,9 +74,9 @@ class BuildProfile(BaseModel):
         pp = "" if self.pp == 1 else f"-pp{self.pp}"
         suffix = "-torch" if torch and self.runtime == "reference" else ""
         lora = "" if self.lora is None else "-lora"
-        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{lora}{suffix}"
         spec = f"-spec-{self.speculative.split('-k')[0]}" if self.speculative else ""
-        return f"{prefix}-{self.gpu}-{self.quant}{kv}-tp{self.tp}{pp}-{self.goal}{spec}{suffix}"
+        parallel = f"-dep{self.tp}" if self.attention_dp else f"-tp{self.tp}"
+        return f"{prefix}-{self.gpu}-{self.quant}{kv}{parallel}{pp}-{self.goal}{lora}{spec}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,3 +83,6 @@ APIS = ("triton", "openai")  # what `pipeline serve` and `pipeline k8s render` s
 BackendOpt = Annotated[str, typer.Option(
     "--backend", parser=one_of("--backend", BACKENDS), help="tensorrt (an engine, trtllm-build) or pytorch (TensorRT-LLM's LLM API: the HF checkpoint from "
     "`pipeline convert --format hf` plus LLM-API options; no engine).")]
+AttentionDpOpt = Annotated[bool, typer.Option(
+    "--attention-dp", help="--backend pytorch, MoE models: attention data parallelism with the experts spread over the --tp "
+                           "GPUs (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's DEP).")]

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from pipeline.cli._options import BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, resolve_gpu, set_json
+from pipeline.cli._options import AttentionDpOpt, BackendOpt, ForceOpt, GoalOpt, GpuOpt, JsonOpt, KvCacheOpt, resolve_gpu, set_json
 from pipeline.core.output import OUT
 from pipeline.core.reporting import OutputReporter
 
@@ -83,6 +83,7 @@ def build(
     max_draft_len: MaxDraftOpt = None,
     max_matching_ngram_size: NgramOpt = None,
     lookahead: LookaheadOpt = None,
+    attention_dp: AttentionDpOpt = False,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -101,6 +102,7 @@ def build(
         lora=tuple(lora or ()), max_lora_rank=max_lora_rank,
         lora_target_modules=tuple(lora_target_modules or ()),
         speculative=speculative_spec(speculative, draft, max_draft_len, max_matching_ngram_size, lookahead),
+        attention_dp=attention_dp,
     )
     pytorch = backend == "pytorch"
     if dry_run:

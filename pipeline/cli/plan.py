@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli._options import BackendOpt, GoalOpt, JsonOpt, KvCacheOpt, set_json
+from pipeline.cli._options import AttentionDpOpt, BackendOpt, GoalOpt, JsonOpt, KvCacheOpt, set_json
 from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PriceOpt, PricesOpt, RateOpt, SloOpt,
                                       TpsOpt, calibrate_only, int_list, search_command)
 from pipeline.core.errors import InvalidInputError, UnsupportedError
@@ -35,9 +35,6 @@ TrtllmBenchOpt = Annotated[Optional[int], typer.Option(
     "--trtllm-bench-requests", min=1,
     help="Also predict what `trtllm-bench throughput` reports for a dataset of this many requests of exactly --isl/--osl "
          "(its own limits; --kv-fraction as you pass it to trtllm-bench, else its default 0.90).")]
-AttentionDpOpt = Annotated[bool, typer.Option(
-    "--attention-dp", help="--backend pytorch, MoE models: attention data parallelism with the experts spread over the --tp "
-                           "GPUs (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's DEP).")]
 TpotSloOpt = Annotated[Optional[float], typer.Option("--tpot-slo-ms", min=0.001, help="With --speculative-acceptance: the TPOT SLO the call is made for.")]
 
 

@@ -116,7 +116,8 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
         if not level.get("concurrency") or not level.get("completed"):
             continue
         isl, osl = int(round(level["isl"]["mean"])), int(round(level["osl"]["mean"]))
-        scenario = Scenario(model, target, dep.get("quant") or "fp16", dep.get("kv_cache"), int(dep.get("tp") or 1), isl, osl)
+        scenario = Scenario(model, target, dep.get("quant") or "fp16", dep.get("kv_cache"), int(dep.get("tp") or 1), isl, osl,
+                            attention_dp=bool(dep.get("attention_dp")))  # a DEP deployment's bench (older ones lack the key)
         predicted = latency(scenario, int(level["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl},
                             backend_efficiency(scenario, dep.get("backend") or "tensorrt"))
         for metric, keys in METRICS.items():

@@ -300,3 +300,44 @@ def test_read_deployable_and_compatibility(build_root):
     (folder / OPTIONS_FILE).write_text("backend: pytorch\n")  # edited by hand: no longer what the manifest says
     with pytest.raises(InvalidInputError):
         read_deployable(folder)
+
+
+def _tiny_moe(folder: Path) -> Path:
+    """make_hf_checkpoint's folder with a Qwen3-MoE config: 8 experts of width 32, 2 per token."""
+    ckpt = make_hf_checkpoint(folder, quant="fp8", kv="fp8")
+    config = json.loads((ckpt / "config.json").read_text())
+    config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 1, "mlp_only_layers": []})
+    (ckpt / "config.json").write_text(json.dumps(config))
+    return ckpt
+
+
+def test_attention_dp_deployable_spreads_the_experts_over_the_gpus(build_root, capsys):
+    """--attention-dp: enable_attention_dp and moe_expert_parallel_size = tp (keys of 1.1.0's TorchLlmArgs), limits and
+    memory per GPU, its own profile id and name; refused where it cannot apply."""
+    from pipeline.build.pytorch import TorchPlan
+
+    ckpt = _tiny_moe(build_root / "tiny" / "checkpoints" / "hf-fp8")
+    plain = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, tp=2))
+    result = build_pytorch(spec(gpu="h100", checkpoint=ckpt, tp=2, attention_dp=True))
+    plan: TorchPlan = result.plan
+    options = yaml.safe_load((result.deploy_dir / OPTIONS_FILE).read_text())
+    assert options["enable_attention_dp"] is True and options["moe_expert_parallel_size"] == 2
+    assert options["tensor_parallel_size"] == 2 and "each GPU's" in plan.why["enable_attention_dp"]
+    assert "enable_attention_dp" not in plain.options
+    assert plan.profile.attention_dp and plan.profile_id != plain.profile_id
+    assert plan.profile.name == "torch-h100-sxm-fp8-kvfp8-dep2-throughput" and plain.profile.name.endswith("-tp2-throughput")
+    assert "attention_dp" not in plain.profile.identity()  # profiles without it keep their ids
+    assert plan.memory.kv_bytes_per_token == 2 * plain.memory.kv_bytes_per_token  # every KV head, for its own requests
+    assert read_manifest(result.deploy_dir)["profile"]["attention_dp"] is True
+    dense = make_hf_checkpoint(build_root / "dense" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8")
+    for refused, why in (
+        (["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(dense), "--tp", "2", "--attention-dp"], "has none"),
+        (["build", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "2", "--attention-dp"], "PyTorch backend"),
+        (["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "3", "--attention-dp"], "divide"),
+        (["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "2", "--attention-dp",
+          "--slo", "tpot_p99_ms=50"], "--slo is not planned"),
+    ):
+        assert run(refused) == 2, refused
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err, err

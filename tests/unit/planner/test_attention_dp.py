@@ -119,3 +119,24 @@ def test_dep_table_names_its_source_and_its_models_their_shapes() -> None:
             assert first[r["model"]] <= line < first[r["model"]] + 6
     for model, count in (("qwen3-235b-a22b", 235.1e9), ("llama-4-maverick", 400.7e9)):  # "235B", "400B"
         assert P.published_model(model).param_count == pytest.approx(count, rel=0.005)
+
+
+def test_a_dep_deployments_bench_is_calibrated_as_dep(tmp_path: Path) -> None:
+    """bench records the profile's attention_dp in its deployment, and calibration predicts that deployment as DEP: each
+    GPU's prompts burst at once for p99, not all GPUs' prompts on one."""
+    from pipeline.bench.deployment import deployment
+    from pipeline.planner.slo import _burst, latency
+
+    engine = tmp_path / "engine"
+    (engine / "tokenizer").mkdir(parents=True)
+    profile = {"model": "qwen", "gpu": "b200", "quant": "nvfp4", "kv_cache": "fp8", "tp": 4, "attention_dp": True,
+               "max_batch_size": 64, "max_num_tokens": 4096, "backend": "pytorch"}
+    (engine / "manifest.json").write_text(json.dumps({"stage": "build", "profile": profile}))
+    assert deployment(engine / "tokenizer")["attention_dp"] is True
+    build = {"max_batch_size": 64, "max_num_tokens": 4096, "kv_cache_free_gpu_mem_fraction": 0.9, "max_input_len": 1024,
+             "max_seq_len": 2048}
+    eff = P.efficiency_for("pytorch")
+    dep = latency(_dep(), 64, build, eff)  # 16 clients per GPU, all in flight: p99 TTFT is one GPU's burst of 16 prompts
+    assert dep.batch == 64
+    assert dep.ttft_p99_ms == pytest.approx(sum(_burst(_dep(), 16, build, eff)) * 1e3, rel=1e-3)
+    assert dep.ttft_p99_ms < sum(_burst(_dep(), 64, build, eff)) * 1e3
