@@ -88,7 +88,7 @@ def main() -> None:
     write_table("trtllm_allreduce_latency.tsv",
                 "TensorRT-LLM custom all-reduce latency (one call, microseconds) measured on silicon, from the perf\n"
                 "database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package).\n"
-                "Written by scripts/allreduce_record.py; read by pipeline/planner/rates.py measured_allreduce_s() (NVLink GPUs; the L40S rows are kept to show why not PCIe).",
+                "Written by scripts/allreduce_record.py; read by pipeline/planner/comm.py measured_allreduce_s() (NVLink GPUs; the L40S rows are kept to show why not PCIe).",
                 COLUMNS, rows())
 
 

@@ -6,6 +6,7 @@ One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl,
 - shapes: ModelSpec, model_spec_from_config (model_spec_from_dict for a config already read), check_tp;
 - scenario: Scenario, Goal;
 - memory: weight/KV/activation bytes, MemoryPlan, memory_plan, alternatives (what fits instead);
+- comm: collectives measured on silicon (TP's all-reduce; attention data parallelism's all-gather and reduce-scatter);
 - rates: GPU compute/bandwidth and the fitted Efficiency constants;
 - recommend: recommend_build (trtllm-build limits per goal);
 - timing: step_time, prefill_time, predict, max_throughput;

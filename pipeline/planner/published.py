@@ -198,9 +198,9 @@ _PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 2
                   "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
 
 _PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (1.2-dev page; never fitted) came out, where "
-                "silicon timed the experts at that expert parallelism, 9.3% off in the median and 48% at worst: Llama 4 "
-                "Maverick and Qwen3-235B 2.1-8.9% (median per GPU) on B200 and GB200, but Qwen3-235B 21% and 30% fast on "
-                "H200 and H100, and GPT-OSS 120B 39% fast on B200; treat DEP throughput on Hopper as an upper bound")
+                "silicon timed the experts at that expert parallelism, 10.0% off in the median and 44% at worst: Llama 4 "
+                "Maverick and Qwen3-235B 3.2-10.0% (median per GPU) on B200 and GB200, but Qwen3-235B 21% and 29% fast on "
+                "H200 and H100, and GPT-OSS 120B 35% fast on B200; treat DEP throughput on Hopper as an upper bound")
 
 
 def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,

@@ -11,13 +11,13 @@ GPU and per-rank attention shape (data/trtllm_decode_attention_bandwidth.tsv).
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from pipeline.core.errors import UnsupportedError
+from pipeline.planner.comm import measured_at
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.core.quant import QuantFormat, quant_format
 from pipeline.data import packaged_fact_rows
@@ -167,45 +167,6 @@ ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "internode": 30e-6}
 ALLREDUCE_EFFICIENCY = 0.7
 
 
-@lru_cache(maxsize=1)
-def _allreduce_table() -> dict[tuple[str, int], tuple[list[float], list[float]]]:
-    """(gpu key, tp) -> (message elements, seconds), ascending: data/trtllm_allreduce_latency.tsv."""
-    table: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    for row in packaged_fact_rows("trtllm_allreduce_latency.tsv"):
-        sizes, seconds = table.setdefault((row["gpu"], int(row["tp"])), ([], []))
-        sizes.append(float(row["message_elements"]))
-        seconds.append(float(row["latency_us"]) * 1e-6)
-    for sizes, seconds in table.values():  # a larger message is never faster: a dip below is measurement noise
-        for i in range(len(seconds) - 2, -1, -1):
-            seconds[i] = min(seconds[i], seconds[i + 1])
-    return table
-
-
-def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None:
-    """Seconds of one TensorRT-LLM custom all-reduce of `elements` 16-bit values over `tp` GPUs, interpolated
-    (log-log) in the latencies measured on this GPU (data/trtllm_allreduce_latency.tsv); None where it has none.
-
-    NVLink GPUs only: the custom all-reduce reads its peers' buffers over NVLink. The table's L40S figures (a PCIe
-    system) run 10-50x the PCIe estimate (TP 8, 4M elements: 12.8 ms) and put the published L40S TP 2-8 rows at up to
-    -88%: whatever system NVIDIA's L40S runs used moved the data far faster, so a PCIe GPU keeps the estimate."""
-    found = _allreduce_table().get((gpu.key, tp)) if gpu.nvlink else None
-    if not found or elements <= 0:
-        return None
-    return _measured_at(*found, elements)
-
-
-def _measured_at(sizes: list[float], seconds: list[float], size: float) -> float:
-    """A latency measured at ascending `sizes`, at `size`: log-log between two measured points, the smallest one's below
-    them, proportional beyond the largest (bandwidth- or compute-bound there)."""
-    if size <= sizes[0]:
-        return seconds[0]
-    if size >= sizes[-1]:
-        return seconds[-1] * size / sizes[-1]
-    i = bisect.bisect_left(sizes, size)
-    t = (math.log(size) - math.log(sizes[i - 1])) / (math.log(sizes[i]) - math.log(sizes[i - 1]))
-    return math.exp(math.log(seconds[i - 1]) + t * (math.log(seconds[i]) - math.log(seconds[i - 1])))
-
-
 # The planner's precisions -> the dtypes of the MoE table (data/trtllm_moe_latency.tsv); others have no silicon figure.
 _MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
 
@@ -241,7 +202,7 @@ def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, 
     found = _moe_table().get(key) if model.moe_layer_count else None
     if not found or tokens <= 0:
         return None
-    return _measured_at(*found, tokens)
+    return measured_at(*found, tokens)
 
 
 @lru_cache(maxsize=1)

@@ -21,8 +21,9 @@ from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step,
 )
 from pipeline.planner.offline import offline_schedule
+from pipeline.planner.comm import measured_allreduce_s, measured_collective_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    kv_read_fraction, link_bandwidth, measured_allreduce_s, measured_gemm_rate, measured_moe_s)
+                                    kv_read_fraction, link_bandwidth, measured_gemm_rate, measured_moe_s)
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 
@@ -121,18 +122,38 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     context_attention_s = context_flops / attn_rate if attn_rate else 0.0
     # TP: two all-reduces of the hidden states per layer, as measured on this GPU where the table has it, else
     # estimated (ring: 2(tp-1)/tp of the bytes per GPU). Attention data parallelism instead gathers every rank's tokens
-    # before each MoE layer and scatters the sums back after it: an all-gather and a reduce-scatter, which together
-    # move what one all-reduce of all the tokens does.
+    # before each MoE layer and scatters the sums back after it (_expert_exchange_s); where NCCL's figures are missing,
+    # as the one all-reduce of all the tokens the two together move.
     allreduce_s = 0.0
     if tp > 1 and tokens:
         elements = expert_tokens * model.hidden_size
-        per_call = measured_allreduce_s(gpu, tp, elements)
+        per_call = _expert_exchange_s(scenario, expert_tokens) if adp else None
+        per_call = per_call or measured_allreduce_s(gpu, tp, elements)
         if per_call is None:
             link, latency = link_bandwidth(gpu, tp)
             per_call = latency + 2 * (tp - 1) / tp * elements * ACTIVATION_BYTES / (link * ALLREDUCE_EFFICIENCY)
         allreduce_s = (model.moe_layer_count if adp else 2 * model.num_layers) * per_call
     overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * decode) * model.num_layers
     return StepTime(decode, prefill_tokens, gemm_s, decode_attention_s, context_attention_s, allreduce_s, overhead_s)
+
+
+# What TensorRT-LLM's CutlassFusedMoE gathers under attention data parallelism (fused_moe_cutlass.py @000a01de
+# forward_chunk, run_post_quant_allgather), in one NCCL all-gather: each token's activations, already quantized where the
+# experts take them so (FP8 per tensor: one byte each; NVFP4: half a byte plus an FP8 scale per 16; else 16-bit), and its
+# top-k expert ids (int32) and weights (float32); after the experts, an NCCL reduce-scatter of the 16-bit outputs
+# (thop/reducescatterOp.cpp @0bd88711).
+_GATHERED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
+
+
+def _expert_exchange_s(scenario: Scenario, tokens: float) -> float | None:
+    """Seconds of one MoE layer's gather and scatter of all GPUs' `tokens` tokens, as NCCL's collectives were measured
+    on this GPU (None where they were not). MXFP4 experts (GPT-OSS) gather 16-bit activations."""
+    model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
+    activation = ACTIVATION_BYTES if model.expert_weights == "mxfp4" else _GATHERED_BYTES.get(scenario.quant.name, ACTIVATION_BYTES)
+    gathered = tokens * (model.hidden_size * activation + 8 * model.experts_per_token)
+    gather = measured_collective_s(gpu, "all_gather", tp, gathered, "int8")  # one-byte elements: the bytes
+    scatter = measured_collective_s(gpu, "reduce_scatter", tp, tokens * model.hidden_size)
+    return None if gather is None or scatter is None else gather + scatter
 
 
 def steady_load(scenario: Scenario, batch: float) -> StepLoad:

@@ -1,7 +1,8 @@
 """Attention data parallelism with the experts spread over the same GPUs (Scenario.attention_dp; NVIDIA's "DEP"): each GPU
 holds the whole attention and its own requests' KV cache and schedules its own batch; the MoE layers see every GPU's
 tokens, each GPU running 1/tp of the experts, timed on silicon at that expert parallelism (data/trtllm_moe_latency.tsv
-moe_ep); an all-gather and a reduce-scatter around each MoE layer replace TP's all-reduces."""
+moe_ep); NCCL's all-gather and reduce-scatter around each MoE layer (data/nccl_collective_latency.tsv) replace TP's
+all-reduces."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pipeline.cli import run
 from pipeline.core.errors import InvalidInputError
 from pipeline.data import packaged_fact_rows
 from pipeline.planner.memory import routed_expert_bytes, weight_bytes
-from pipeline.planner.rates import measured_allreduce_s
+from pipeline.planner.comm import measured_collective_s
 
 QWEN = P.published_model("qwen3-235b-a22b")
 MODELS = Path(P.__file__).resolve().parents[1] / "data" / "published_models"
@@ -55,8 +56,16 @@ def test_an_iteration_is_one_gpus_load_with_every_gpus_tokens_at_the_experts() -
     assert step.decode_attention_s == pytest.approx(alone.decode_attention_s)
     assert step.context_attention_s == pytest.approx(alone.context_attention_s)
     assert step.overhead_s == pytest.approx(alone.overhead_s)
-    gathered = measured_allreduce_s(dep.gpu, 4, 4 * 1224 * QWEN.hidden_size)
-    assert step.allreduce_s == pytest.approx(QWEN.moe_layer_count * gathered)  # all-gather + reduce-scatter per MoE layer
+    tokens = 4 * 1224  # every GPU's: gathered as NVFP4 (half a byte and a scale per 16) with 8 ids and weights each,
+    gather = measured_collective_s(dep.gpu, "all_gather", 4, tokens * (QWEN.hidden_size * (0.5 + 1 / 16) + 8 * 8), "int8")
+    scatter = measured_collective_s(dep.gpu, "reduce_scatter", 4, tokens * QWEN.hidden_size)  # 16-bit outputs scattered
+    assert step.allreduce_s == pytest.approx(QWEN.moe_layer_count * (gather + scatter))
+    h200 = _dep(gpu="h200", quant="fp8")  # FP8 activations: one byte each
+    fp8 = P.step_time(h200, load, eff)
+    assert fp8.allreduce_s == pytest.approx(QWEN.moe_layer_count * (
+        measured_collective_s(h200.gpu, "all_gather", 4, tokens * (QWEN.hidden_size + 8 * 8), "int8")
+        + measured_collective_s(h200.gpu, "reduce_scatter", 4, tokens * QWEN.hidden_size)))
+    assert measured_collective_s(_dep(gpu="l4", quant="fp8").gpu, "all_gather", 4, 1e6) is None  # no NCCL figures there
     experts = P.measured_moe_s(dep.gpu, dep.quant, QWEN, 4, 4 * 1224, expert_parallel=True)
     assert step.gemm_s > QWEN.moe_layer_count * experts  # the experts of all four GPUs' tokens, and the rank's dense GEMMs
 
@@ -140,3 +149,15 @@ def test_a_dep_deployments_bench_is_calibrated_as_dep(tmp_path: Path) -> None:
     assert dep.batch == 64
     assert dep.ttft_p99_ms == pytest.approx(sum(_burst(_dep(), 16, build, eff)) * 1e3, rel=1e-3)
     assert dep.ttft_p99_ms < sum(_burst(_dep(), 64, build, eff)) * 1e3
+
+
+def test_nccl_table_names_its_source_and_every_gpu_of_the_allreduce_table() -> None:
+    rows = packaged_fact_rows("nccl_collective_latency.tsv")
+    allreduce_gpus = {r["gpu"] for r in packaged_fact_rows("trtllm_allreduce_latency.tsv")}
+    assert {r["gpu"] for r in rows} == allreduce_gpus
+    assert {(r["op"], r["dtype"]) for r in rows} == {(op, dtype) for op in ("all_gather", "reduce_scatter")
+                                                     for dtype in ("half", "int8")}
+    for r in rows:
+        assert r["source"] == f"systems/data/{r['system']}/comm/nccl/{r['nccl_version']}/nccl_perf.parquet"
+        sizes, latency = ([float(v) for v in r[k].split(",")] for k in ("message_elements", "latency_us"))
+        assert sizes == sorted(sizes) and len(sizes) == len(latency) and min(latency) > 0

@@ -81,7 +81,7 @@ def test_queueing_beyond_capacity(llama8b: P.ModelSpec) -> None:
 
 def test_all_reduce_latency_is_the_measured_one_where_the_gpu_has_it() -> None:
     from pipeline.core.gpus import get_gpu, gpu_table
-    from pipeline.planner.rates import _allreduce_table, measured_allreduce_s
+    from pipeline.planner.comm import _allreduce_table, measured_allreduce_s
 
     table = _allreduce_table()
     assert {gpu for gpu, _ in table} <= set(gpu_table()) and {tp for _, tp in table} == {2, 4, 8}
