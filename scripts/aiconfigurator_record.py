@@ -37,16 +37,20 @@ def _alarm(signum, frame):  # noqa: ARG001
     raise _Timeout
 
 
-def moe_parallelism(job: dict) -> dict:
-    """An MoE job's expert parallelism (its `moe_tp` key): experts split by TP and not by EP, as trtllm-bench builds them;
-    {} for a dense model."""
-    return {"moe_tp_size": job["moe_tp"], "moe_ep_size": 1} if job.get("moe_tp") else {}
+def parallelism(job: dict) -> dict:
+    """A job's parallelism: --tp-size TP, and for an MoE (its `moe_tp` key) the experts split by TP and not by EP, as
+    trtllm-bench builds them without --ep; a DEP job (its `attention_dp` key, the published DEP rows) attention data
+    parallel over the TP GPUs with the experts spread over them (--tp-size 1 --attention-dp-size TP --moe-tp-size 1
+    --moe-ep-size TP; its batch is then each GPU's, as AIConfigurator counts it)."""
+    if job.get("attention_dp"):
+        return {"tp_size": 1, "attention_dp_size": job["tp"], "moe_tp_size": 1, "moe_ep_size": job["tp"]}
+    return {"tp_size": job["tp"], **({"moe_tp_size": job["moe_tp"], "moe_ep_size": 1} if job.get("moe_tp") else {})}
 
 
 def command_line(job: dict) -> str:
-    moe = "".join(f" --{key.replace('_', '-')} {value}" for key, value in moe_parallelism(job).items())
+    parallel = "".join(f" --{key.replace('_', '-')} {value}" for key, value in parallelism(job).items())
     return (f"aiconfigurator cli estimate --model-path {job['model_dir']} --system {job['system']} --backend trtllm "
-            f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']} --tp-size {job['tp']}{moe} "
+            f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']}{parallel} "
             f"--gemm-quant-mode {job['gemm']} --kvcache-quant-mode {job['kv']} --free-gpu-memory-fraction 0.95")
 
 
@@ -57,9 +61,9 @@ def estimate(job: dict, timeout: int) -> tuple[str, str, str]:
     signal.alarm(timeout)
     try:
         result = cli_estimate(model_path=job["model_dir"], system_name=job["system"], mode="agg", backend_name="trtllm",
-                              isl=job["isl"], osl=job["osl"], batch_size=job["batch"], tp_size=job["tp"],
+                              isl=job["isl"], osl=job["osl"], batch_size=job["batch"],
                               gemm_quant_mode=job["gemm"], kvcache_quant_mode=job["kv"], free_gpu_memory_fraction=0.95,
-                              **moe_parallelism(job))
+                              **parallelism(job))
         return f"{result.tokens_per_second:.2f}", "ok", str(result.backend_version)
     except _Timeout:
         return "", f"timeout>{timeout}s", ""
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             if tuple(str(job[k]) for k in KEY) in done:
                 continue
-            same = (job["config_hash"], job["system"], job["tp"], job["gemm"], job["kv"], job["isl"], job["osl"], job["batch"])
+            same = (job["config_hash"], job["system"], job["tp"], job["gemm"], job["kv"], job["isl"], job["osl"], job["batch"],
+                    bool(job.get("attention_dp")))
             if same not in cache:
                 cache[same] = fitting_estimate(job, args.timeout)
             tokens, status, db, asked = cache[same]

@@ -42,7 +42,8 @@ PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command",
 _HEADER = """\
 # NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, trtllm_published_throughput_more_models.tsv
 # and trtllm_published_throughput_more_gpus.tsv (MoE models with their experts split by TP, --moe-tp-size TP --moe-ep-size 1, as
-# trtllm-bench built them; AIConfigurator 0.12 does not support Mistral's architecture), recorded by
+# trtllm-bench built them; AIConfigurator 0.12 does not support Mistral's architecture), and of trtllm_published_throughput_dep.tsv
+# (attention data parallel: --tp-size 1 --attention-dp-size TP --moe-tp-size 1 --moe-ep-size TP, batch per GPU), recorded by
 # `scripts/plan_vs_published.py --rerun-aiconfigurator` (scripts/aiconfigurator_record.py: aiconfigurator.cli.api.cli_estimate,
 # what `aiconfigurator cli estimate` runs; `command` is that command line). Per row: AIConfigurator's version, the perf
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
@@ -132,19 +133,25 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
         gemm, kv = quant_modes(row)
-        # experts split by TP, no EP (trtllm-bench's default)
+        # experts split by TP, no EP (trtllm-bench's default); DEP rows: attention DP, experts over the GPUs, batch per GPU
         moe = {"moe_tp": row["tp"]} if P.published_model(row["model"]).moe_layer_count else {}
+        if row.get("attention_dp"):
+            moe = {"attention_dp": True, "batch": max(1, row["batch"] // row["tp"])}
         out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out
 
 
-def rerun(comparison: list[dict[str, Any]], python: str | None, table: Path, timeout_s: int = 300) -> None:
-    """Ask AIConfigurator again for every compared row and write `table` (the header, then one row per job)."""
+def rerun(comparison: list[dict[str, Any]], python: str | None, table: Path, timeout_s: int = 300, *, keep: bool = False) -> None:
+    """Ask AIConfigurator again for every compared row and write `table` (the header, then one row per job); keep: only
+    for the rows `table` lacks, its recorded rows kept as they are (the recorder skips the rows its output already has)."""
     python = python or _aiconfigurator_python()
     scripts = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="aic-") as tmp:
         job_file, raw = Path(tmp) / "jobs.json", Path(tmp) / "predictions.tsv"
+        if keep and table.exists():
+            raw.write_text("".join(line for line in table.read_text(encoding="utf-8").splitlines(keepends=True)
+                                   if not line.startswith("#")), encoding="utf-8")
         job_file.write_text(json.dumps(jobs(comparison, Path("build/reports/aiconfigurator_models"))), encoding="utf-8")
         subprocess.run([python, str(scripts / "aiconfigurator_record.py"), str(job_file), str(raw), "--timeout", str(timeout_s)],
                        check=True)

@@ -106,17 +106,21 @@ def dep_report() -> dict[str, Any]:
     pipeline/data/trtllm_published_throughput_dep.tsv), never fitted: per model, GPU and DEP size, and whether silicon
     timed that MoE shape at that expert parallelism (else its experts are planned at the dense GEMM rate)."""
     rows = P.compare_published(None, P.dep_rows())
+    aic = annotate(rows)
     groups = []
     for model, gpu, tp in sorted({(r["model"], r["gpu"], r["tp"]) for r in rows}):
         group = [r for r in rows if (r["model"], r["gpu"], r["tp"]) == (model, gpu, tp)]
         scenario = P.published_scenario(P.published_model(model), next(r for r in P.dep_rows() if (r["model"], r["gpu"]) == (model, gpu)
                                                                         and int(r["tp"]) == tp))
         measured = P.measured_moe_s(scenario.gpu, scenario.quant, scenario.model, tp, 1024, expert_parallel=True) is not None
+        beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
         groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": measured,
-                       "summary": P.error_summary(group), "mean_signed_pct_error": round(_mean_signed(group), 2), "rows": group})
+                       "summary": P.error_summary(group), "mean_signed_pct_error": round(_mean_signed(group), 2),
+                       **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     timed = [r for g in groups if g["experts_timed_on_silicon"] for r in g["rows"]]
+    aic["per_gpu"] = side_by_side(rows)
     return {"table": "pipeline/data/trtllm_published_throughput_dep.tsv", "summary": P.error_summary(rows),
-            "timed_on_silicon": P.error_summary(timed), "groups": groups}
+            "timed_on_silicon": P.error_summary(timed), "groups": groups, "aiconfigurator": aic}
 
 
 def _mean_signed(comparison: list[dict[str, Any]]) -> float:
@@ -162,20 +166,16 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{prefix_gpus} {g['backend']} {g['trtllm_version']:7s} {g['gpu']:12s} {g['model']:15s} (never fitted, "
                      f"{g['summary']['rows']:2d} rows): "
                      f"median |error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, "
-                     f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; AIConfigurator "
-                     + (f"{g['aiconfigurator']['aiconfigurator_median_abs_pct_error']:.1f}% / "
-                        f"{g['aiconfigurator']['aiconfigurator_max_abs_pct_error']:.1f}% on {g['aiconfigurator']['rows']} rows"
-                        if "aiconfigurator" in g else "refused every row"))
-    for entry in gpus["aiconfigurator"]["per_gpu"]:
-        lines.append(f"{prefix_gpus} {entry['gpu']:12s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
-                     f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; "
-                     f"ours (never fitted) {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
+                     f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; " + _aic_group(g, "refused every row"))
+    lines += [_aic_per_gpu(prefix_gpus, entry) for entry in gpus["aiconfigurator"]["per_gpu"]]
     dep, prefix_dep = report["dep"], "DEP (attention data parallelism, experts over the same GPUs):"
     for g in dep["groups"]:
         lines.append(f"{prefix_dep} {g['model']:16s} {g['gpu']:12s} DEP{g['tp']} (never fitted, {g['summary']['rows']} rows): median "
                      f"|error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, mean "
                      f"signed {g['mean_signed_pct_error']:+.1f}%"
-                     + ("" if g["experts_timed_on_silicon"] else "; no silicon timing of these experts (dense GEMM rate)"))
+                     + ("" if g["experts_timed_on_silicon"] else "; no silicon timing of these experts (dense GEMM rate)")
+                     + "; " + _aic_group(g, "not recorded"))
+    lines += [_aic_per_gpu(prefix_dep, entry) for entry in dep["aiconfigurator"]["per_gpu"]]
     for name, key in (("all", "summary"), ("experts timed on silicon", "timed_on_silicon")):
         lines.append(f"{prefix_dep} {name}: median |error| {dep[key]['median_abs_pct_error']:.1f}%, worst "
                      f"{dep[key]['max_abs_pct_error']:.1f}% over {dep[key]['rows']} rows")
@@ -186,6 +186,22 @@ def report_lines(report: dict[str, Any]) -> list[str]:
                      f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; ours "
                      f"{ours}in sample {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
     return lines
+
+
+def _aic_group(group: dict[str, Any], missing: str) -> str:
+    """A group's AIConfigurator figures for report_lines (`missing` where it has none)."""
+    if "aiconfigurator" not in group:
+        return f"AIConfigurator {missing}"
+    aic = group["aiconfigurator"]
+    return (f"AIConfigurator {aic['aiconfigurator_median_abs_pct_error']:.1f}% / {aic['aiconfigurator_max_abs_pct_error']:.1f}% "
+            f"on {aic['rows']} rows")
+
+
+def _aic_per_gpu(prefix: str, entry: dict[str, Any]) -> str:
+    """One GPU's AIConfigurator figures beside ours (never fitted), for report_lines."""
+    return (f"{prefix} {entry['gpu']:12s} ({entry['rows']:3d} rows) AIConfigurator median/worst |error| "
+            f"{entry['aiconfigurator_median_abs_pct_error']:5.1f}% / {entry['aiconfigurator_max_abs_pct_error']:5.1f}%; "
+            f"ours (never fitted) {entry['ours_in_sample_median_abs_pct_error']:5.1f}% / {entry['ours_in_sample_max_abs_pct_error']:5.1f}%")
 
 
 def plot_panels(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

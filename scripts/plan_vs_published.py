@@ -13,11 +13,12 @@ when every training row is FP8) stays at PRIOR.
 AIConfigurator's estimate for the same rows is put beside ours from its recorded predictions (pipeline/data/
 aiconfigurator_predictions.tsv; scripts/plan_vs_aiconfigurator.py), per GPU: its median and worst |error| beside ours, in
 sample and with that GPU held out. --rerun-aiconfigurator asks AIConfigurator again (installed; ~40 minutes) and rewrites
-that table first.
+that table first; --record-missing-aiconfigurator asks only for the rows it lacks.
 It also predicts the models outside the fit (pipeline/data/trtllm_published_throughput_more_models.tsv: Mistral 7B and the
 PyTorch backend's Qwen3-30B-A3B and Llama 4 Scout never fitted; Mixtral fitting the engines' MoE share alone, held out by
 model and by GPU with --cv) and the GPUs outside it (pipeline/data/trtllm_published_throughput_more_gpus.tsv: GB200 and
-RTX PRO 6000, never fitted): scripts/plan_vs_more_models.py.
+RTX PRO 6000, never fitted) and the MoE runs with attention data parallelism (pipeline/data/
+trtllm_published_throughput_dep.tsv, never fitted): scripts/plan_vs_more_models.py.
 """
 
 from __future__ import annotations
@@ -290,12 +291,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cv", action="store_true", help="cross-validate: hold out each GPU, then each model")
     parser.add_argument("--rerun-aiconfigurator", action="store_true",
                         help="ask AIConfigurator again for every row (installed; ~40 min) and rewrite pipeline/data/" + AIC_TABLE)
+    parser.add_argument("--record-missing-aiconfigurator", action="store_true",
+                        help="ask AIConfigurator only for the rows pipeline/data/" + AIC_TABLE + " lacks (e.g. a table added since) "
+                        "and add them to it, the recorded rows kept as they are")
     parser.add_argument("--aiconfigurator-python", default=None, help="the Python AIConfigurator is installed in (with --rerun-aiconfigurator)")
     args = parser.parse_args(argv)
-    if args.rerun_aiconfigurator:
+    if args.rerun_aiconfigurator or args.record_missing_aiconfigurator:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
         every += P.compare_published(None, P.more_model_rows()) + P.compare_published(None, P.more_gpu_rows())
-        rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE)
+        every += P.compare_published(None, P.dep_rows())
+        rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE, keep=args.record_missing_aiconfigurator)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     report: dict[str, Any] = {"table": "pipeline/data/trtllm_published_throughput.tsv", "prior": PRIOR.as_dict(),

@@ -16,7 +16,7 @@ from pipeline.planner.shapes import ModelSpec, check_attention_dp
 def check_dep_build(spec: Any, model: ModelSpec, tp: int) -> None:
     """An MoE whose experts the tp GPUs share evenly, without what DEP is not planned with."""
     check_attention_dp(model, tp)
-    for given, name in ((spec.slo, "--slo"), (spec.lora, "--lora"), (spec.speculative, "--speculative")):
+    for given, name in ((spec.lora, "--lora"), (spec.speculative, "--speculative")):
         if given:
             raise UnsupportedError(f"{name} is not planned with --attention-dp.", hint=f"Drop {name} or --attention-dp.")
 

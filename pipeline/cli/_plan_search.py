@@ -68,6 +68,7 @@ def search_command(model: Path, slo: str, isl: int, osl: int, opts: dict) -> Non
         gpus=csv_list(opts["gpus"], DEFAULT_GPUS), quants=csv_list(opts["quant"], ()) or None,
         kv_caches=csv_list(opts["kv_cache"], ()) or None, tps=int_list(opts["tp"], DEFAULT_TPS, "--tp"),
         backend=opts["backend"], batch_sizes=int_list(opts["batch_sizes"], None, "--batch-sizes"),
+        attention_dp=(True,) if opts.get("attention_dp") else None,
     )
     prices = load_prices(opts["prices"], opts["price"] or ())
     calibration = None
@@ -90,7 +91,7 @@ def _row(c) -> list[str]:
         band = f" [{lo:.1f}-{hi:.1f}]"
     cost = "-" if c.usd_per_million_output_tokens is None else f"${c.usd_per_hour:.2f}/h, ${c.usd_per_million_output_tokens:.3f}/M"
     acc = "-" if not c.accuracy else f"ppl {c.accuracy['perplexity_delta'] * 100:+.2f}%"
-    return [f"{c.tp}x {c.gpu}", f"{c.quant}/{c.kv_cache}", f"{c.max_batch_size}/{c.max_num_tokens}", str(c.concurrency),
+    return [f"{c.parallel} {c.gpu}", f"{c.quant}/{c.kv_cache}", f"{c.max_batch_size}/{c.max_num_tokens}", str(c.concurrency),
             f"{lat.ttft_p50_ms:.0f}/{lat.ttft_p99_ms:.0f}", f"{lat.tpot_p50_ms:.1f}/{lat.tpot_p99_ms:.1f}{band}",
             f"{c.tokens_per_s_per_gpu:,.0f}", f"{c.tokens_per_s_per_user:.1f}", "-" if c.replicas is None else str(c.replicas),
             cost, acc]

@@ -171,6 +171,7 @@ def compare_published(
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
+            **({"attention_dp": True} if str(row.get("attention_dp", "")).lower() == "true" else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": round(100 * (estimate.output_tokens_per_s - published) / published, 2),

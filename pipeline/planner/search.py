@@ -1,4 +1,4 @@
-"""`pipeline plan --slo`: search GPU x precision x KV-cache precision x TP x max_batch_size x max_num_tokens
+"""`pipeline plan --slo`: search GPU x precision x KV-cache precision x TP (and attention DP) x max_batch_size x max_num_tokens
 for the builds that meet TTFT/TPOT SLOs, with the planner's own model (planner/slo.py for p50/p99).
 
 Per build it finds the highest concurrency whose predicted latencies meet every bound (at most the batch
@@ -53,6 +53,9 @@ class SearchSpec(BaseModel):
     tps: tuple[int, ...] = DEFAULT_TPS
     backend: Backend = "tensorrt"
     batch_sizes: tuple[int, ...] | None = None  # None: powers of two up to what the KV cache holds
+    # with attention data parallelism (Scenario.attention_dp) or not; None: both where it applies (an MoE on the PyTorch
+    # backend at a TP its experts divide by), else without
+    attention_dp: tuple[bool, ...] | None = None
 
 
 class Candidate(BaseModel):
@@ -63,7 +66,7 @@ class Candidate(BaseModel):
     kv_cache: str
     tp: int
     backend: str
-    max_batch_size: int
+    max_batch_size: int  # with attention_dp: each GPU's, as max_num_tokens
     max_num_tokens: int
     kv_cache_free_gpu_mem_fraction: float
     concurrency: int
@@ -77,11 +80,18 @@ class Candidate(BaseModel):
     usd_per_million_output_tokens: float | None = None
     price_source: str | None = None
     accuracy: dict[str, Any] | None = None
+    attention_dp: bool = False
+
+    @property
+    def parallel(self) -> str:
+        """How it splits over its GPUs: "4x" (TP) or "DEP4" (attention data parallel, experts over the 4 GPUs)."""
+        return f"DEP{self.tp}" if self.attention_dp else f"{self.tp}x"
 
     def label(self) -> str:
         kv = "" if self.kv_cache == "auto" else f"/kv-{self.kv_cache}"
-        return (f"{self.tp}x {self.gpu} {self.quant}{kv} {self.backend} batch {self.max_batch_size} "
-                f"tokens {self.max_num_tokens} at concurrency {self.concurrency}")
+        per_gpu = " per GPU" if self.attention_dp else ""
+        return (f"{self.parallel} {self.gpu} {self.quant}{kv} {self.backend} batch {self.max_batch_size} "
+                f"tokens {self.max_num_tokens}{per_gpu} at concurrency {self.concurrency}")
 
 
 class Miss(BaseModel):
@@ -130,6 +140,17 @@ def _kv_options(spec: SearchSpec, scenario_gpu) -> tuple[str, ...]:
     return ("auto", "fp8") if not scenario_gpu.is_cpu else ("auto",)
 
 
+def _layouts(spec: SearchSpec, model: ModelSpec) -> list[tuple[int, bool]]:
+    """(tp, attention_dp) pairs to search: each TP without attention data parallelism, and with it where it applies (the
+    PyTorch backend, an MoE whose experts the TP divides, at TP 2 or more), as the spec asks (None: both)."""
+    wanted = spec.attention_dp if spec.attention_dp is not None else (False, True)
+    out = []
+    for tp in spec.tps:
+        applies = spec.backend == "pytorch" and model.moe_layer_count and tp > 1 and not model.num_experts % tp
+        out += [(tp, dep) for dep in wanted if not dep or applies or spec.attention_dp == (True,)]
+    return out
+
+
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     base = backend_limits(recommend(scenario, "throughput"), spec.backend)
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
@@ -145,7 +166,7 @@ def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, e
     first = scale(latency(scenario, 1, build, eff))
     if not meets(slo, first):
         return None, first
-    top = scale(latency(scenario, build["max_batch_size"], build, eff))
+    top = scale(latency(scenario, build["max_batch_size"] * scenario.ranks, build, eff))  # every GPU's batch in flight
     if meets(slo, top):
         return top, first
     low, high, best = 1, top.concurrency, first
@@ -203,11 +224,11 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
 
         for quant in quants:
             for kv in _kv_options(spec, gpu):
-                for tp in spec.tps:
-                    name = f"{tp}x {gpu.key} {quant}/kv-{kv}"
+                for tp, dep in _layouts(spec, model):
+                    name = f"{'DEP' if dep else ''}{tp}{'' if dep else 'x'} {gpu.key} {quant}/kv-{kv}"
                     refusal = no_engine or backend_refusal(spec.backend, gpu, quant, kv)
                     try:
-                        scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl).check()
+                        scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl, attention_dp=dep).check()
                         eff = backend_efficiency(scenario, spec.backend)
                         grid = [] if refusal else _grid(spec, scenario)
                     except InvalidInputError as error:  # UnsupportedError too: precision, TP split, lengths
@@ -236,7 +257,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
                             interval=calibration.interval(found) if factors else None,
                             tokens_per_s_per_gpu=round(found.output_tokens_per_s / tp, 2),
                             tokens_per_s_per_user=found.output_tokens_per_s_per_user,
-                            accuracy=costs.get((quant, kv)),
+                            accuracy=costs.get((quant, kv)), attention_dp=dep,
                         )
                         feasible.append(_priced(candidate, spec, prices.get(gpu.key)))
     best: dict[str, Candidate] = {}
@@ -251,6 +272,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         skipped=skipped, closest=closest, points=[(c.tokens_per_s_per_user, c.tokens_per_s_per_gpu) for c in feasible],
         calibration=calibration.summary() if calibration else None,
         caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
+        + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
+           if any(dep for _, dep in _layouts(spec, model)) and set(spec.gpus) - {"cpu"} else [])
         + [c for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))
            for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))],
     )

@@ -336,8 +336,17 @@ def test_attention_dp_deployable_spreads_the_experts_over_the_gpus(build_root, c
         (["build", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "2", "--attention-dp"], "PyTorch backend"),
         (["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "3", "--attention-dp"], "divide"),
         (["build", "--backend", "pytorch", "--gpu", "h100", "--checkpoint", str(ckpt), "--tp", "2", "--attention-dp",
-          "--slo", "tpot_p99_ms=50"], "--slo is not planned"),
+          "--lora", str(build_root / "adapter")], "--lora is not planned"),
     ):
         assert run(refused) == 2, refused
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
+
+
+def test_attention_dp_build_takes_the_slo_searchs_dep_choice(build_root):
+    ckpt = _tiny_moe(build_root / "tiny" / "checkpoints" / "hf-fp8")
+    plan = plan_pytorch(spec(gpu="h100", checkpoint=ckpt, tp=2, attention_dp=True, slo="tpot_p99_ms=50", slo_isl=512,
+                             slo_osl=128))
+    assert plan.slo_plan and plan.options["enable_attention_dp"] is True
+    assert plan.options["max_batch_size"] == plan.slo_plan["max_batch_size"]  # each GPU's
+    assert plan.slo_plan["concurrency"] > 0 and plan.limits.max_batch_size == plan.slo_plan["max_batch_size"]

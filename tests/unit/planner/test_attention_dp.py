@@ -106,7 +106,7 @@ def test_plan_cli(capsys) -> None:
     assert any("enable_attention_dp true, moe_expert_parallel_size 4" in cell for cell in cells)
     assert any("(DEP4): memory, sequences and limits per GPU" in cell for cell in cells)
     for refused, why in (([*base, "--attention-dp"], "PyTorch backend"),
-                         ([*base, "--backend", "pytorch", "--attention-dp", "--slo", "tpot_p99_ms=50"], "one configuration"),
+                         ([*base, "--attention-dp", "--slo", "tpot_p99_ms=50"], "PyTorch backend"),
                          (["plan", "--model", str(MODELS / "llama-3.1-8b.json"), "--gpu", "h100", "--tp", "2", "--backend",
                            "pytorch", "--attention-dp"], "has none")):
         assert run(refused) == 2
@@ -161,3 +161,26 @@ def test_nccl_table_names_its_source_and_every_gpu_of_the_allreduce_table() -> N
         assert r["source"] == f"systems/data/{r['system']}/comm/nccl/{r['nccl_version']}/nccl_perf.parquet"
         sizes, latency = ([float(v) for v in r[k].split(",")] for k in ("message_elements", "latency_us"))
         assert sizes == sorted(sizes) and len(sizes) == len(latency) and min(latency) > 0
+
+
+def test_the_slo_search_weighs_dep_beside_tp_and_the_build_takes_its_choice(tmp_path: Path) -> None:
+    """An MoE on the PyTorch backend is searched with and without attention data parallelism at each TP its experts
+    divide by; --attention-dp searches DEP only; limits of a DEP candidate are each GPU's, its concurrency all GPUs'."""
+    from pipeline.planner.search import SearchSpec, search
+    from pipeline.planner.slo import parse_slo
+
+    config = MODELS / "qwen3-235b-a22b.json"
+    spec = SearchSpec(model=config, slo=parse_slo("tpot_p99_ms=200"), isl=1024, osl=1024, gpus=("b200",), quants=("nvfp4",),
+                      kv_caches=("fp8",), tps=(4,), backend="pytorch", batch_sizes=(16, 64))
+    both = search(spec, {})
+    layouts = {c.attention_dp for c in both.pareto} | {c.attention_dp for c in both.best_per_gpu}
+    assert both.feasible >= 2 and any(c.startswith("attention data parallelism (DEP)") for c in both.caveats)
+    dep_only = search(spec.model_copy(update={"attention_dp": (True,)}), {})
+    tp_only = search(spec.model_copy(update={"attention_dp": (False,)}), {})
+    assert dep_only.feasible + tp_only.feasible == both.feasible and layouts <= {True, False}
+    best = dep_only.best_per_gpu[0]
+    assert best.attention_dp and best.label().startswith("DEP4 b200") and "per GPU" in best.label()
+    assert best.concurrency > best.max_batch_size  # every GPU's batch in flight
+    assert not any(c.attention_dp for c in tp_only.pareto)
+    dense = search(spec.model_copy(update={"model": MODELS / "llama-3.1-8b.json", "quants": ("fp8",), "tps": (2,)}), {})
+    assert not any(c.attention_dp for c in dense.pareto)  # nothing to spread: TP only
