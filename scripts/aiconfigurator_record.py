@@ -51,7 +51,8 @@ def command_line(job: dict) -> str:
     parallel = "".join(f" --{key.replace('_', '-')} {value}" for key, value in parallelism(job).items())
     return (f"aiconfigurator cli estimate --model-path {job['model_dir']} --system {job['system']} --backend trtllm "
             f"--estimate-mode agg --isl {job['isl']} --osl {job['osl']} --batch-size {job['batch']}{parallel} "
-            f"--gemm-quant-mode {job['gemm']} --kvcache-quant-mode {job['kv']} --free-gpu-memory-fraction 0.95")
+            f"--gemm-quant-mode {job['gemm']} --kvcache-quant-mode {job['kv']}"
+            + (f" --moe-quant-mode {job['moe_quant']}" if job.get("moe_quant") else "") + " --free-gpu-memory-fraction 0.95")
 
 
 def estimate(job: dict, timeout: int) -> tuple[str, str, str]:
@@ -63,7 +64,7 @@ def estimate(job: dict, timeout: int) -> tuple[str, str, str]:
         result = cli_estimate(model_path=job["model_dir"], system_name=job["system"], mode="agg", backend_name="trtllm",
                               isl=job["isl"], osl=job["osl"], batch_size=job["batch"],
                               gemm_quant_mode=job["gemm"], kvcache_quant_mode=job["kv"], free_gpu_memory_fraction=0.95,
-                              **parallelism(job))
+                              **parallelism(job), **({"moe_quant_mode": job["moe_quant"]} if job.get("moe_quant") else {}))
         return f"{result.tokens_per_second:.2f}", "ok", str(result.backend_version)
     except _Timeout:
         return "", f"timeout>{timeout}s", ""
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             if tuple(str(job[k]) for k in KEY) in done:
                 continue
             same = (job["config_hash"], job["system"], job["tp"], job["gemm"], job["kv"], job["isl"], job["osl"], job["batch"],
-                    bool(job.get("attention_dp")))
+                    bool(job.get("attention_dp")), job.get("moe_quant"))
             if same not in cache:
                 cache[same] = fitting_estimate(job, args.timeout)
             tokens, status, db, asked = cache[same]

@@ -43,7 +43,9 @@ _HEADER = """\
 # NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, trtllm_published_throughput_more_models.tsv
 # and trtllm_published_throughput_more_gpus.tsv (MoE models with their experts split by TP, --moe-tp-size TP --moe-ep-size 1, as
 # trtllm-bench built them; AIConfigurator 0.12 does not support Mistral's architecture), and of trtllm_published_throughput_dep.tsv
-# (attention data parallel: --tp-size 1 --attention-dp-size TP --moe-tp-size 1 --moe-ep-size TP, batch per GPU), recorded by
+# (attention data parallel: --tp-size 1 --attention-dp-size TP --moe-tp-size 1 --moe-ep-size TP, batch per GPU); an MoE's experts
+# at the row's precision (--moe-quant-mode: without it AIConfigurator runs them in BF16 for a config without a
+# quantization_config; the FP8/FP4 MoE rows were asked again with it, --record-missing-aiconfigurator), recorded by
 # `scripts/plan_vs_published.py --rerun-aiconfigurator` (scripts/aiconfigurator_record.py: aiconfigurator.cli.api.cli_estimate,
 # what `aiconfigurator cli estimate` runs; `command` is that command line). Per row: AIConfigurator's version, the perf
 # database it loaded (system, database_version), the date, and `status` (ok, or why there is no figure: an OOM is
@@ -134,9 +136,12 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
         gemm, kv = quant_modes(row)
         # experts split by TP, no EP (trtllm-bench's default); DEP rows: attention DP, experts over the GPUs, batch per GPU
-        moe = {"moe_tp": row["tp"]} if P.published_model(row["model"]).moe_layer_count else {}
+        spec = P.published_model(row["model"])
+        moe = {"moe_tp": row["tp"]} if spec.moe_layer_count else {}
         if row.get("attention_dp"):
             moe = {"attention_dp": True, "batch": max(1, row["batch"] // row["tp"])}
+        if spec.moe_layer_count and row["precision"] != "MXFP4":  # the experts at the row's precision, as its checkpoint
+            moe["moe_quant"] = gemm  # holds them (AIConfigurator's default for a config without quantization_config: BF16)
         out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out

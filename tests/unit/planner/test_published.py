@@ -141,13 +141,16 @@ def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     outside the fit are there."""
     aic = _script("plan_vs_aiconfigurator")
     recorded = aic.recorded_predictions()
+    dep = {aic._key(r) for r in P.dep_rows()}
     published = {aic._key(r) for r in published_rows() + P.more_model_rows() + P.more_gpu_rows()}
-    assert recorded and set(recorded) <= published
-    for row in recorded.values():
+    assert recorded and set(recorded) <= published | dep and not published & dep  # a DEP row's key is its own
+    for key, row in recorded.items():
         # a row AIConfigurator refused (its own OOM check) has no answer, so no database version that answered
         assert all(row[column] for column in aic.PROVENANCE if column != "database_version"), row
         assert row["aiconfigurator_version"] == "0.12.0" and row["command"].startswith("aiconfigurator cli estimate ")
-        assert f"--batch-size {row['batch']} " in row["command"] and f"--tp-size {row['tp']} " in row["command"]
+        parallel = (f"--tp-size 1 --attention-dp-size {row['tp']} --moe-tp-size 1 --moe-ep-size {row['tp']} " if key in dep
+                    else f"--tp-size {row['tp']} ")
+        assert f"--batch-size {row['batch']} " in row["command"] and parallel in row["command"]
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"])
         if row["status"].startswith("ok"):
             assert float(row["aiconfigurator_tokens_per_s"]) > 0 and row["database_version"]
@@ -155,8 +158,12 @@ def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     for gpu in ("h100-sxm", "h200"):
         assert any(r["gpu"] == gpu and "70b" in r["model"] and r["precision"] == "FP8" for r in ok)
     assert any(r["gpu"] == "l40s" for r in ok)
-    moe = [r for r in ok if r["model"].startswith(("mixtral", "qwen3"))]
+    moe = [r for k, r in recorded.items() if r["model"].startswith(("mixtral", "qwen3", "llama-4")) and k not in dep]
     assert moe and all(f"--moe-tp-size {r['tp']} --moe-ep-size 1 " in r["command"] for r in moe)
+    # the experts at the row's precision (AIConfigurator's default without a quantization_config would be BF16)
+    assert all(f"--moe-quant-mode {'fp8' if r['precision'] == 'FP8' else 'nvfp4'} " in r["command"]
+               for r in recorded.values() if r["model"] in {k[1] for k in dep} | {"mixtral-8x7b", "qwen3-30b-a3b"}
+               and r["precision"] in ("FP8", "FP4"))
     assert {"gb200", "rtx-pro-6000"} <= {r["gpu"] for r in ok}  # the GPUs no fit sees
 
 
@@ -203,7 +210,7 @@ PYTORCH_MOE_AS_DENSE = {"qwen3-30b-a3b": (58.4, 180.8), "llama-4-scout": (47.9, 
 # (ours on the same rows). Llama 4 Scout: it refused every row (OOM).
 NEVER_FITTED_AIC = {("gpt-oss-20b", "b200"): ((53.6, 57.5), (32.0, 51.9)), ("gpt-oss-20b", "h200"): ((9.3, 30.6), (19.1, 31.9)),
                     ("gpt-oss-20b", "h100-sxm"): ((7.7, 40.1), (14.3, 34.9)), ("gpt-oss-120b", "h200"): ((17.2, 24.0), (20.9, 31.1)),
-                    ("qwen3-30b-a3b", "b200"): ((12.4, 38.1), (3.9, 16.5))}
+                    ("qwen3-30b-a3b", "b200"): ((10.6, 76.7), (3.8, 32.8)), ("llama-4-scout", "b200"): ((11.1, 80.4), (10.9, 21.8))}
 MIXTRAL_MODEL_HELD_OUT = (4.9, 21.9)
 
 
@@ -303,12 +310,12 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
 MORE_GPUS = {
     ("gb200", "llama-3.3-70b", "1.0"): (4.0, 11.2, (7.5, 50.9)), ("gb200", "llama-3.3-70b", "1.2-dev"): (2.5, 5.9, (4.5, 11.5)),
     ("gb200", "llama-3.1-405b", "1.0"): (4.8, 7.7, (8.3, 55.7)),
-    ("gb200", "qwen3-30b-a3b", "1.0"): (37.2, 140.7, (27.6, 65.1)), ("gb200", "qwen3-30b-a3b", "1.2-dev"): (9.2, 39.0, (19.7, 39.1)),
-    ("gb200", "llama-4-scout", "1.0"): (34.1, 95.2, None),
+    ("gb200", "qwen3-30b-a3b", "1.0"): (37.2, 140.7, (52.6, 97.6)), ("gb200", "qwen3-30b-a3b", "1.2-dev"): (9.2, 39.0, (12.2, 40.6)),
+    ("gb200", "llama-4-scout", "1.0"): (34.1, 95.2, (44.9, 125.4)),
     ("rtx-pro-6000", "llama-3.3-70b", "1.0"): (11.8, 28.2, (5.3, 30.2)),
     ("rtx-pro-6000", "llama-3.3-70b", "1.2-dev"): (1.8, 3.2, (7.9, 8.2)),
-    ("rtx-pro-6000", "qwen3-30b-a3b", "1.0"): (6.1, 17.2, (69.3, 90.3)),
-    ("rtx-pro-6000", "qwen3-30b-a3b", "1.2-dev"): (6.8, 10.8, (64.8, 73.7)),
+    ("rtx-pro-6000", "qwen3-30b-a3b", "1.0"): (6.1, 17.2, (9.0, 78.6)),
+    ("rtx-pro-6000", "qwen3-30b-a3b", "1.2-dev"): (6.8, 10.8, (10.4, 26.1)),
     ("gb200", "gpt-oss-20b", "1.2-dev"): (30.8, 47.9, (54.4, 57.7)), ("gb200", "gpt-oss-120b", "1.2-dev"): (14.9, 25.3, (63.8, 75.9)),
 }
 
@@ -424,6 +431,9 @@ DEP = {
     ("qwen3-30b-a3b", "rtx-pro-6000", 2): (14.2, 15.1, True), ("qwen3-30b-a3b", "rtx-pro-6000", 8): (2.7, 34.6, True),
 }
 DEP_TIMED = (10.0, 44.5)
+# AIConfigurator's recorded estimates of the DEP rows per GPU (experts at the row's precision): its median / worst beside ours
+DEP_AIC = {"b200": ((21.2, 56.4), (7.9, 44.5)), "gb200": ((9.6, 35.1), (5.0, 39.7)), "h100-sxm": ((23.3, 34.7), (57.1, 178.9)),
+           "h200": ((29.5, 161.6), (21.4, 105.0)), "rtx-pro-6000": ((17.4, 27.2), (12.3, 34.6))}
 
 
 def test_dep_rows_are_what_the_caveat_quotes() -> None:
@@ -436,6 +446,12 @@ def test_dep_rows_are_what_the_caveat_quotes() -> None:
         summary = groups[key]["summary"]
         assert (summary["median_abs_pct_error"], summary["max_abs_pct_error"]) == pytest.approx((median, worst), abs=0.1), key
         assert groups[key]["experts_timed_on_silicon"] is timed, key
+    per_gpu = {e["gpu"]: e for e in report["aiconfigurator"]["per_gpu"]}
+    assert set(per_gpu) == set(DEP_AIC)
+    for gpu, (theirs, ours) in DEP_AIC.items():
+        e = per_gpu[gpu]
+        assert (e["aiconfigurator_median_abs_pct_error"], e["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1)
+        assert (e["ours_in_sample_median_abs_pct_error"], e["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1)
     timed = report["timed_on_silicon"]
     assert (timed["median_abs_pct_error"], timed["max_abs_pct_error"]) == pytest.approx(DEP_TIMED, abs=0.1)
     caveat, = accuracy_caveats(P.published_model("qwen3-235b-a22b"), "pytorch", efficiency_for("pytorch"), moe_measured=True,
