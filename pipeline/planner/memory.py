@@ -173,7 +173,9 @@ def alternatives(scenario: Scenario) -> list[Alternative]:
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     found: list[Alternative] = []
     for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():
-        if size <= tp or model.num_heads % size or (model.num_kv_heads % size and size % model.num_kv_heads):
+        splits = (not model.num_experts % size if scenario.attention_dp  # DEP spreads the experts, not the heads
+                  else not model.num_heads % size and not (model.num_kv_heads % size and size % model.num_kv_heads))
+        if size <= tp or not splits:
             continue
         mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)
         if mem.fits:

@@ -184,3 +184,13 @@ def test_the_slo_search_weighs_dep_beside_tp_and_the_build_takes_its_choice(tmp_
     assert not any(c.attention_dp for c in tp_only.pareto)
     dense = search(spec.model_copy(update={"model": MODELS / "llama-3.1-8b.json", "quants": ("fp8",), "tps": (2,)}), {})
     assert not any(c.attention_dp for c in dense.pareto)  # nothing to spread: TP only
+
+
+def test_what_would_fit_instead_keeps_dep_and_splits_the_experts() -> None:
+    """A DEP scenario that does not fit is offered larger DEP sizes its experts divide by (Qwen3-235B in BF16 on 2x H100)."""
+    from pipeline.planner.memory import alternatives
+
+    tight = P.Scenario(QWEN, "h100", "bf16", "auto", 2, 1024, 1024, attention_dp=True)
+    assert not P.memory_plan(tight).fits
+    larger = [a for a in alternatives(tight) if a.quant == "bf16"]
+    assert larger and all(a.tp > 2 and QWEN.num_experts % a.tp == 0 for a in larger)
