@@ -74,7 +74,9 @@ def install_stand_in(tools: Path) -> None:
 
 
 def test_runner_streams_the_log_and_reports_exit_code_and_memory(tmp_path):
-    code = "import sys; b = bytearray(64 << 20); print('line one', flush=True); print('line two'); sys.exit(3)"
+    # memory is sampled every SAMPLE_S: the child stays up for a few samples (in 0.06 s it can exit between two of them)
+    code = ("import sys, time; b = bytearray(64 << 20); print('line one', flush=True); time.sleep(1); print('line two'); "
+            "sys.exit(3)")
     result = run_logged([sys.executable, "-c", code], tmp_path / "logs" / "x.log")
     assert result.returncode == 3
     log = (tmp_path / "logs" / "x.log").read_text()
