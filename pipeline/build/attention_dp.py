@@ -10,11 +10,15 @@ from typing import Any
 
 from pipeline.build.llm_args import check_options
 from pipeline.core.errors import UnsupportedError
-from pipeline.planner.shapes import ModelSpec, check_attention_dp
+from pipeline.planner.shapes import ModelSpec, check_attention_dp, check_tp
 
 
-def check_dep_build(spec: Any, model: ModelSpec, tp: int) -> None:
-    """An MoE whose experts the tp GPUs share evenly, without what DEP is not planned with."""
+def check_split(spec: Any, model: ModelSpec, tp: int) -> None:
+    """The deployable's split over its tp GPUs: attention heads by TP, or with --attention-dp an MoE whose experts the
+    GPUs share evenly, without what DEP is not planned with."""
+    if not spec.attention_dp:
+        check_tp(model, tp)
+        return
     check_attention_dp(model, tp)
     for given, name in ((spec.lora, "--lora"), (spec.speculative, "--speculative")):
         if given:

@@ -53,8 +53,8 @@ from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CAC
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, check_pytorch_precision, get_gpu
 from pipeline.core.paths import stage_dir
-from pipeline.planner import DEFAULT_KV_FRACTION, Goal, check_tp
-from pipeline.build.attention_dp import check_dep_build, with_attention_dp
+from pipeline.planner import DEFAULT_KV_FRACTION, Goal
+from pipeline.build.attention_dp import check_split, with_attention_dp
 from pipeline.build.profiles import BuildProfile
 from pipeline.core.quant import kv_cache_format, quant_format
 from pipeline.core.reporting import SILENT, Reporter
@@ -274,7 +274,7 @@ def plan_pytorch(spec: Any) -> TorchPlan:
         raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
     if not gpu.is_cpu:
         check_pytorch_precision(gpu, quant_format(quant), kv_cache_format(kv))
-    check_dep_build(spec, ckpt.shape, tp) if spec.attention_dp else check_tp(ckpt.shape, tp)
+    check_split(spec, ckpt.shape, tp)
     source, notes = _model_source(ckpt, gpu, simulated)
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))
     qf, kf = quant_format(quant), kv_cache_format(kv)

@@ -85,4 +85,5 @@ BackendOpt = Annotated[str, typer.Option(
     "`pipeline convert --format hf` plus LLM-API options; no engine).")]
 AttentionDpOpt = Annotated[bool, typer.Option(
     "--attention-dp", help="--backend pytorch, MoE models: attention data parallelism with the experts spread over the --tp "
-                           "GPUs (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's DEP).")]
+                           "GPUs (enable_attention_dp, moe_expert_parallel_size = tp; NVIDIA's DEP). With --slo: search DEP "
+                           "only (without it the search weighs DEP beside TP for an MoE).")]

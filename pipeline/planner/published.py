@@ -80,8 +80,12 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
             raise InvalidInputError(
                 f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
             ) from None
-    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]),
-                    attention_dp=str(row.get("attention_dp", "")).lower() == "true")
+    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]), attention_dp=is_dep_row(row))
+
+
+def is_dep_row(row: dict[str, Any]) -> bool:
+    """Whether a published row ran with attention data parallelism (its attention_dp column, the DEP table's)."""
+    return str(row.get("attention_dp", "")).lower() == "true"
 
 
 # trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
@@ -171,7 +175,7 @@ def compare_published(
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
-            **({"attention_dp": True} if str(row.get("attention_dp", "")).lower() == "true" else {}),
+            **({"attention_dp": True} if is_dep_row(row) else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": round(100 * (estimate.output_tokens_per_s - published) / published, 2),

@@ -3,8 +3,8 @@
 The efficiency constants (fraction of datasheet bandwidth and compute reached, or for engines the share of the GEMM
 rate measured on silicon, data/trtllm_gemm_rate.tsv; per-layer step overhead) are GLOBAL per backend: fitted against TensorRT-LLM's published throughput tables by
 scripts/plan_vs_published.py, never per GPU, model or row. The all-reduce latency is measured (NVIDIA's silicon
-data, data/trtllm_allreduce_latency.tsv) where a GPU has it; elsewhere the interconnect figures below are
-assumptions written down, not fitted. FP4 GEMMs without a fitted fraction follow FP8's by the ratio measured on silicon
+data, planner/comm.py) where a GPU has it; elsewhere the interconnect figures below are assumptions written down, not
+fitted. FP4 GEMMs without a fitted fraction follow FP8's by the ratio measured on silicon
 (data/trtllm_gemm_rate.tsv). An engine's decode attention reads the KV cache at the bandwidth measured on silicon for its
 GPU and per-rank attention shape (data/trtllm_decode_attention_bandwidth.tsv).
 """
