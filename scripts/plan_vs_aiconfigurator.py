@@ -38,6 +38,7 @@ TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
 SYSTEMS = FITTED_SYSTEMS | ADDED_SYSTEMS
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
 KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
+UNSUPPORTED = {"MistralForCausalLM"}  # architectures AIConfigurator 0.12 refuses ("not supported"): not asked
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
 _HEADER = """\
 # NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, trtllm_published_throughput_more_models.tsv
@@ -128,7 +129,8 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         return 1 if row["gpu"] == "l40s" else 2
 
     out = []
-    for row in sorted((r for r in comparison if r["gpu"] in SYSTEMS), key=priority):
+    asked = [r for r in comparison if r["gpu"] in SYSTEMS and P.published_model(r["model"]).architecture not in UNSUPPORTED]
+    for row in sorted(asked, key=priority):
         raw = json.loads(resources.files("pipeline.data").joinpath("published_models", f"{row['model']}.json").read_text(encoding="utf-8"))
         config = {k: v for k, v in raw.items() if not k.startswith("_")}
         folder = models_root / row["model"]
