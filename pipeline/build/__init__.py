@@ -32,6 +32,7 @@ from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissin
 from pipeline.core.gpus import GpuSpec, get_gpu
 from pipeline.core.paths import stage_dir
 from pipeline.planner import Goal, check_tp
+from pipeline.planner.shapes import check_attention_dp_backend
 from pipeline.build.profiles import BuildProfile, check_engine_compatible, engine_built_version
 from pipeline.core.quant import kv_cache_format, quant_format
 from pipeline.core.reporting import SILENT, Reporter
@@ -177,9 +178,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
 
         return plan_pytorch(spec)
     if spec.attention_dp:
-        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
-                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
-                               hint="Add --backend pytorch, or drop --attention-dp.")
+        check_attention_dp_backend(spec.backend)
     gpu = get_gpu(spec.gpu)
     if spec.speculative is not None:  # refused before any file is read
         decide(spec.speculative, backend=spec.backend, pp=spec.pp or 1, cpu=gpu.is_cpu)

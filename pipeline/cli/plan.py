@@ -80,10 +80,6 @@ def plan_command(
     if attention_dp and calibrate and not slo:
         raise InvalidInputError("--attention-dp does not apply to a calibration alone: each bench's deployment says whether it "
                                 "ran with attention data parallelism.", hint="Drop --attention-dp, or add --slo to search with it.")
-    if attention_dp and backend != "pytorch":
-        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
-                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
-                               hint="Add --backend pytorch, or drop --attention-dp.")
     if slo:
         opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,
                     batch_sizes=batch_sizes, prices=prices, price=price, calibrate=calibrate, out=out, attention_dp=attention_dp)

@@ -16,7 +16,7 @@ from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, accuracy_caveat
 from pipeline.planner.rates import Efficiency, measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
-from pipeline.planner.shapes import model_spec_from_config
+from pipeline.planner.shapes import check_attention_dp_backend, model_spec_from_config
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
@@ -101,10 +101,8 @@ def plan(spec: PlanSpec) -> PlanResult:
     the reference runtime, with this host's measured figures)."""
     model = model_spec_from_config(spec.model)
     kv_cache = spec.kv_cache or model.checkpoint_kv_cache
-    if spec.attention_dp and spec.backend != "pytorch":
-        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
-                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
-                               hint="Add --backend pytorch, or drop --attention-dp.")
+    if spec.attention_dp:
+        check_attention_dp_backend(spec.backend)
     if spec.attention_dp and spec.speculation is not None:
         raise UnsupportedError("Speculative decoding is not planned with attention data parallelism.",
                                hint="Drop --speculative-acceptance or --attention-dp.")

@@ -27,7 +27,7 @@ from pipeline.planner.published import accuracy_caveats, gpu_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario, stored_precision
-from pipeline.planner.shapes import ModelSpec, model_spec_from_config
+from pipeline.planner.shapes import ModelSpec, check_attention_dp_backend, model_spec_from_config
 from pipeline.planner.slo import (Latency, SloTarget, backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal,
                                   latency, meets, shortfall)
 
@@ -84,14 +84,18 @@ class Candidate(BaseModel):
 
     @property
     def parallel(self) -> str:
-        """How it splits over its GPUs: "4x" (TP) or "DEP4" (attention data parallel, experts over the 4 GPUs)."""
-        return f"DEP{self.tp}" if self.attention_dp else f"{self.tp}x"
+        return parallel_label(self.tp, self.attention_dp)
 
     def label(self) -> str:
         kv = "" if self.kv_cache == "auto" else f"/kv-{self.kv_cache}"
         per_gpu = " per GPU" if self.attention_dp else ""
         return (f"{self.parallel} {self.gpu} {self.quant}{kv} {self.backend} batch {self.max_batch_size} "
                 f"tokens {self.max_num_tokens}{per_gpu} at concurrency {self.concurrency}")
+
+
+def parallel_label(tp: int, attention_dp: bool) -> str:
+    """How a build splits over its GPUs: "4x" (TP) or "DEP4" (attention data parallel, experts over the 4 GPUs)."""
+    return f"DEP{tp}" if attention_dp else f"{tp}x"
 
 
 class Miss(BaseModel):
@@ -130,6 +134,8 @@ def check_spec(spec: SearchSpec) -> None:
                                 hint="e.g. --rate 20 (or leave it out to plan one replica).")
     for gpu in spec.gpus:
         get_gpu(gpu)  # an unknown key is refused naming the table's keys
+    if True in (spec.attention_dp or ()):
+        check_attention_dp_backend(spec.backend)
     if any(tp < 1 for tp in spec.tps) or any(b < 1 for b in spec.batch_sizes or ()):
         raise InvalidInputError("--tp and --batch-sizes take positive integers.", hint="e.g. --tp 1,2,4")
 
@@ -209,6 +215,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
     else:
         quants = DEFAULT_QUANTS
     costs = accuracy_costs(spec.model, model.name)
+    layouts = _layouts(spec, model)
     feasible: list[Candidate] = []
     skipped: dict[str, str] = {}
     closest: Miss | None = None
@@ -224,8 +231,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
 
         for quant in quants:
             for kv in _kv_options(spec, gpu):
-                for tp, dep in _layouts(spec, model):
-                    name = f"{'DEP' if dep else ''}{tp}{'' if dep else 'x'} {gpu.key} {quant}/kv-{kv}"
+                for tp, dep in layouts:
+                    name = f"{parallel_label(tp, dep)} {gpu.key} {quant}/kv-{kv}"
                     refusal = no_engine or backend_refusal(spec.backend, gpu, quant, kv)
                     try:
                         scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl, attention_dp=dep).check()
@@ -273,7 +280,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         calibration=calibration.summary() if calibration else None,
         caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
         + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
-           if any(dep for _, dep in _layouts(spec, model)) and set(spec.gpus) - {"cpu"} else [])
+           if any(dep for _, dep in layouts) and set(spec.gpus) - {"cpu"} else [])
         + [c for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))
            for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))],
     )

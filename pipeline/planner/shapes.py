@@ -365,6 +365,14 @@ def check_tp(model: ModelSpec, tp: int) -> None:
         )
 
 
+def check_attention_dp_backend(backend: str) -> None:
+    """Refuse attention data parallelism on a backend that has none (trtllm-build engines)."""
+    if backend != "pytorch":
+        raise UnsupportedError("Attention data parallelism is an option of TensorRT-LLM's PyTorch backend "
+                               "(enable_attention_dp); a trtllm-build engine splits attention by TP.",
+                               hint="Add --backend pytorch, or drop --attention-dp.")
+
+
 def check_attention_dp(model: ModelSpec, tp: int) -> None:
     """Refuse attention data parallelism where it has no experts to spread, or cannot spread them evenly over tp GPUs."""
     if not model.moe_layer_count:
