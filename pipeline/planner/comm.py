@@ -21,10 +21,17 @@ def _allreduce_table() -> dict[tuple[str, int], tuple[list[float], list[float]]]
         sizes, seconds = table.setdefault((row["gpu"], int(row["tp"])), ([], []))
         sizes.append(float(row["message_elements"]))
         seconds.append(float(row["latency_us"]) * 1e-6)
-    for sizes, seconds in table.values():  # a larger message is never faster: a dip below is measurement noise
-        for i in range(len(seconds) - 2, -1, -1):
-            seconds[i] = min(seconds[i], seconds[i + 1])
+    for _, seconds in table.values():
+        _never_faster(seconds)
     return table
+
+
+def _never_faster(seconds: list[float]) -> list[float]:
+    """Latencies of ascending message sizes, in place, each at most the next one's: a larger message is never faster, so a
+    dip below is measurement noise."""
+    for i in range(len(seconds) - 2, -1, -1):
+        seconds[i] = min(seconds[i], seconds[i + 1])
+    return seconds
 
 
 def measured_allreduce_s(gpu: GpuSpec, tp: int, elements: float) -> float | None:
@@ -45,9 +52,7 @@ def _collective_table() -> dict[tuple[str, str, str, int], tuple[list[float], li
     """(gpu key, op, dtype, GPUs) -> (message elements, seconds), ascending: data/nccl_collective_latency.tsv."""
     table = {}
     for row in packaged_fact_rows("nccl_collective_latency.tsv"):
-        seconds = [float(us) * 1e-6 for us in row["latency_us"].split(",")]
-        for i in range(len(seconds) - 2, -1, -1):  # a larger message is never faster: a dip below is measurement noise
-            seconds[i] = min(seconds[i], seconds[i + 1])
+        seconds = _never_faster([float(us) * 1e-6 for us in row["latency_us"].split(",")])
         table[(row["gpu"], row["op"], row["dtype"], int(row["num_gpus"]))] = (
             [float(m) for m in row["message_elements"].split(",")], seconds)
     return table

@@ -49,6 +49,12 @@ def _script(name: str = "plan_vs_published"):
     return module
 
 
+def _assert_beside(entry: dict, theirs: tuple[float, float], ours: tuple[float, float], key: object) -> None:
+    """A side_by_side entry (plan_vs_aiconfigurator): AIConfigurator's median / worst |error| and ours (in sample)."""
+    assert (entry["aiconfigurator_median_abs_pct_error"], entry["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1), key
+    assert (entry["ours_in_sample_median_abs_pct_error"], entry["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1), key
+
+
 def test_published_table_normalises_per_gpu_figures_and_names_its_source() -> None:
     rows = published_rows()
     assert {r["backend"] for r in rows} == {"tensorrt", "pytorch"}
@@ -269,9 +275,7 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     beside = {(m["model"], e["gpu"]): e for m in report["never_fitted"] for e in m["aiconfigurator"]}
     assert set(beside) == set(NEVER_FITTED_AIC)
     for key, (theirs, ours) in NEVER_FITTED_AIC.items():
-        e = beside[key]
-        assert (e["aiconfigurator_median_abs_pct_error"], e["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1), key
-        assert (e["ours_in_sample_median_abs_pct_error"], e["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1), key
+        _assert_beside(beside[key], theirs, ours, key)
     moe = report["moe"]
     assert moe["moe_expert_compute"] == pytest.approx(efficiency_for("tensorrt").moe_expert_compute, abs=0.005)
     pooled = moe["cross_validated"]["model"]
@@ -449,9 +453,7 @@ def test_dep_rows_are_what_the_caveat_quotes() -> None:
     per_gpu = {e["gpu"]: e for e in report["aiconfigurator"]["per_gpu"]}
     assert set(per_gpu) == set(DEP_AIC)
     for gpu, (theirs, ours) in DEP_AIC.items():
-        e = per_gpu[gpu]
-        assert (e["aiconfigurator_median_abs_pct_error"], e["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1)
-        assert (e["ours_in_sample_median_abs_pct_error"], e["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1)
+        _assert_beside(per_gpu[gpu], theirs, ours, gpu)
     timed = report["timed_on_silicon"]
     assert (timed["median_abs_pct_error"], timed["max_abs_pct_error"]) == pytest.approx(DEP_TIMED, abs=0.1)
     caveat, = accuracy_caveats(P.published_model("qwen3-235b-a22b"), "pytorch", efficiency_for("pytorch"), moe_measured=True,
