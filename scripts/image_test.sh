@@ -39,13 +39,21 @@ prune="${IMAGE_TEST_PRUNE:-0}"
 if [ "$phase" != check ]; then
     "$root/tests/image/make_base.sh" "$work"
 
+    # Every build re-tags $image and leaves the previous one dangling: 2.7 GB a run under vfs, which filled a
+    # CI machine's disk after ~25 runs. Drop the earlier builds (tagged or dangling) before building again.
+    earlier="$(buildah images -q --filter "label=org.opencontainers.image.title=trtllm-pipeline" 2> /dev/null | sort -u)"
+    if [ -n "$earlier" ]; then
+        printf '\n== dropping %s earlier trtllm-pipeline image(s)\n' "$(echo "$earlier" | wc -l)"
+        buildah rmi -f $earlier > /dev/null
+    fi
+
     printf '\n== buildah bud (%s)\n' "$(date +%T)"
     squash=()
     if [ "$prune" = 1 ]; then squash=(--squash); fi
     buildah bud --format docker --isolation chroot --layers=false --pull=never -q "${squash[@]}" \
         --build-arg "TRITON_RELEASE=$release" --build-arg "TRTLLM_VERSION=$trtllm" \
         -f "$root/Dockerfile" -t "$image" "$root" > "$work/bud.log" 2>&1 \
-        || { tail -n 40 "$work/bud.log"; exit 1; }
+        || { tail -n 40 "$work/bud.log"; [ "$prune" = 1 ] && buildah rmi "$base" > /dev/null 2>&1; exit 1; }
     if [ "$prune" = 1 ]; then
         buildah rmi "$base" > /dev/null
         rm -rf "$work/rootfs" "$work/pytriton" "$work/wheels"
