@@ -62,7 +62,7 @@ def main() -> None:
                 "the perf database in NVIDIA's AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package): the\n"
                 "CUTLASS MoE of the PyTorch flow, power-law routing (alpha 1.01); moe_ep 1 at each expert TP, and EP 2/4/8 at\n"
                 "expert TP 1. `tokens` (all ranks' tokens together: with EP each GPU runs its experts' share of them) and\n"
-                "`latency_us` are comma-separated lists of the same length. Written by scripts/moe_record.py; read by pipeline/planner/rates.py\n"
+                "`latency_us` are comma-separated lists of the same length. Written by scripts/moe_record.py; read by pipeline/planner/moe_timing.py\n"
                 "measured_moe_s() (the PyTorch backend's routed experts).",
                 COLUMNS, rows())
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import planner as P
+from pipeline.planner.moe_timing import moe_key, moe_timing_for
 from plan_vs_aiconfigurator import _key, annotate, side_by_side
 
 MOE_PREFIX = "mixtral"  # the rows that fit the engines' MoE constant; every other row is never fitted
@@ -104,7 +105,8 @@ def more_gpus_report() -> dict[str, Any]:
 def dep_report() -> dict[str, Any]:
     """The MoE rows run with attention data parallelism and the experts spread over the same GPUs (DEP;
     pipeline/data/trtllm_published_throughput_dep.tsv), never fitted: per model, GPU and DEP size, and whether silicon
-    timed that MoE shape at that expert parallelism (else its experts are planned at the dense GEMM rate)."""
+    timed that MoE shape at that expert parallelism on that GPU, or which GPU's timing was carried over
+    (planner/moe_timing.py; with neither its experts are planned at the dense GEMM rate)."""
     rows = P.compare_published(None, P.dep_rows())
     aic = annotate(rows)
     groups = []
@@ -112,15 +114,18 @@ def dep_report() -> dict[str, Any]:
         group = [r for r in rows if (r["model"], r["gpu"], r["tp"]) == (model, gpu, tp)]
         scenario = P.published_scenario(P.published_model(model), next(r for r in P.dep_rows() if (r["model"], r["gpu"]) == (model, gpu)
                                                                         and int(r["tp"]) == tp))
-        measured = P.measured_moe_s(scenario.gpu, scenario.quant, scenario.model, tp, 1024, expert_parallel=True) is not None
+        timing = moe_timing_for(moe_key(scenario.gpu, scenario.quant, scenario.model, tp, expert_parallel=True))
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
-        groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": measured,
+        groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": bool(timing and not timing.donor),
+                       "experts_carried_from": timing.donor if timing else None,
                        "summary": P.error_summary(group), "mean_signed_pct_error": round(_mean_signed(group), 2),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     timed = [r for g in groups if g["experts_timed_on_silicon"] for r in g["rows"]]
+    carried = [r for g in groups if g["experts_carried_from"] for r in g["rows"]]
     aic["per_gpu"] = side_by_side(rows)
     return {"table": "pipeline/data/trtllm_published_throughput_dep.tsv", "summary": P.error_summary(rows),
-            "timed_on_silicon": P.error_summary(timed), "groups": groups, "aiconfigurator": aic}
+            "timed_on_silicon": P.error_summary(timed), **({"carried_over": P.error_summary(carried)} if carried else {}),
+            "groups": groups, "aiconfigurator": aic}
 
 
 def _mean_signed(comparison: list[dict[str, Any]]) -> float:
@@ -173,10 +178,14 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{prefix_dep} {g['model']:16s} {g['gpu']:12s} DEP{g['tp']} (never fitted, {g['summary']['rows']} rows): median "
                      f"|error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, mean "
                      f"signed {g['mean_signed_pct_error']:+.1f}%"
-                     + ("" if g["experts_timed_on_silicon"] else "; no silicon timing of these experts (dense GEMM rate)")
+                     + ("" if g["experts_timed_on_silicon"] else f"; experts carried over from {g['experts_carried_from']}'s timing"
+                        if g["experts_carried_from"] else "; no silicon timing of these experts (dense GEMM rate)")
                      + "; " + _aic_group(g, "not recorded"))
     lines += [_aic_per_gpu(prefix_dep, entry) for entry in dep["aiconfigurator"]["per_gpu"]]
-    for name, key in (("all", "summary"), ("experts timed on silicon", "timed_on_silicon")):
+    for name, key in (("all", "summary"), ("experts timed on silicon", "timed_on_silicon"),
+                      ("experts carried over from another GPU", "carried_over")):
+        if key not in dep:
+            continue
         lines.append(f"{prefix_dep} {name}: median |error| {dep[key]['median_abs_pct_error']:.1f}%, worst "
                      f"{dep[key]['max_abs_pct_error']:.1f}% over {dep[key]['rows']} rows")
     for entry in moe["aiconfigurator"]["per_gpu"]:

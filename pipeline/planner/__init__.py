@@ -23,8 +23,8 @@ from pipeline.planner.published import (
     compare_published, dep_rows, error_summary, log_loss, median_abs_pct_error, more_gpu_rows, more_model_rows, published_model, published_rows,
     published_scenario, trtllm_bench_throughput,
 )
-from pipeline.planner.rates import (EFFICIENCY, PRIOR, PYTORCH_EFFICIENCY, Efficiency, compute_rate, efficiency_for, hbm_bandwidth,
-                                    measured_moe_s)
+from pipeline.planner.moe_timing import measured_moe_s
+from pipeline.planner.rates import EFFICIENCY, PRIOR, PYTORCH_EFFICIENCY, Efficiency, compute_rate, efficiency_for, hbm_bandwidth
 from pipeline.planner.recommend import recommend_build
 from pipeline.planner.scenario import GOALS, Goal, Scenario
 from pipeline.planner.shapes import ModelSpec, check_tp, model_spec_from_config, model_spec_from_dict

@@ -13,7 +13,8 @@ from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
 from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits
-from pipeline.planner.rates import Efficiency, measured_moe_s
+from pipeline.planner.moe_timing import moe_key, moe_timing_for
+from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
 from pipeline.planner.shapes import check_attention_dp_backend, model_spec_from_config
@@ -142,6 +143,9 @@ def plan(spec: PlanSpec) -> PlanResult:
             wanted.draft_model, scenario.gpu, quant, kv_cache, spec.tp, spec.isl, spec.osl).check()
         speculation = speculation_plan(scenario, SpeculationModel(wanted.acceptance, wanted.max_draft_len, draft),
                                        spec.concurrency, build["max_batch_size"], wanted.tpot_slo_ms)
+    # an MoE's routed experts: timed on silicon for this GPU, carried over from another GPU's timing, or neither
+    experts = (moe_timing_for(moe_key(scenario.gpu, quant, model, spec.tp, expert_parallel=spec.attention_dp))
+               if eff.moe_measured else None)
     return PlanResult(
         model={
             "name": model.name, "params_b": round(model.param_count / 1e9, 3), "layers": model.num_layers,
@@ -162,7 +166,8 @@ def plan(spec: PlanSpec) -> PlanResult:
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
             model, spec.backend, eff, attention_dp=spec.attention_dp,
-            moe_measured=measured_moe_s(scenario.gpu, quant, model, spec.tp, 1, expert_parallel=spec.attention_dp) is not None)
+            moe_measured=experts is not None,
+            moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
     )
 

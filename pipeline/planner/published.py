@@ -209,12 +209,20 @@ _PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (
 
 
 def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,
-                     attention_dp: bool = False) -> list[str]:
+                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
     beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
-    and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism."""
+    and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism;
+    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement."""
     if not model.moe_layer_count:
         return []
+    if moe_carried:
+        return _moe_caveats(model, backend, efficiency, moe_measured, attention_dp) + [_carried_caveat(*moe_carried)]
+    return _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)
+
+
+def _moe_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, moe_measured: bool | None,
+                 attention_dp: bool) -> list[str]:
     if attention_dp:
         return [_PYTORCH_DEP] + ([_PYTORCH_MOE_UNMEASURED.format(where=" at this expert parallelism on this GPU and precision")]
                                  if moe_measured is False else [])
@@ -229,6 +237,22 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
         return [_PYTORCH_MOE_MEASURED]
     return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
             "which put those rows +58% and +48% fast)"]
+
+
+# How carrying an MoE shape's timing over from another GPU fares, held out shape by shape from NVIDIA's table
+# (moe_timing.held_out_errors, scripts/moe_transfer_check.py): per GPU, median and 90th-percentile |error| %. Asserted
+# against that check in tests/unit/planner/test_moe_timing.py.
+CARRIED_OVER_ERROR = {"a100-80gb": (14.4, 31.4), "b200": (2.2, 27.4), "gb200": (2.3, 31.1), "h100-sxm": (5.6, 18.0),
+                      "h200": (6.2, 20.0), "l40s": (17.7, 53.9), "rtx-pro-6000": (17.1, 74.3)}
+_PYTORCH_MOE_CARRIED = ("mixture of experts: silicon timed this MoE shape on {donor} but not on {gpu}; its experts take "
+                        "{donor}'s measurement, scaled by how {gpu} ran the shapes measured on both{figures}")
+
+
+def _carried_caveat(gpu: str, donor: str) -> str:
+    median, p90 = CARRIED_OVER_ERROR.get(gpu, (None, None))
+    figures = (f" (held out shape by shape from NVIDIA's table, that lands {median:.1f}% from silicon on {gpu} in the "
+               f"median, {p90:.0f}% at the 90th percentile)") if median is not None else ""
+    return _PYTORCH_MOE_CARRIED.format(gpu=gpu, donor=donor, figures=figures)
 
 
 # What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against

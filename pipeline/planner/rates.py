@@ -17,11 +17,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from pipeline.core.errors import UnsupportedError
-from pipeline.planner.comm import measured_at
 from pipeline.core.gpus import GpuSpec, gpu_table
 from pipeline.core.quant import QuantFormat, quant_format
 from pipeline.data import packaged_fact_rows
-from pipeline.planner.shapes import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -104,9 +102,9 @@ EFFICIENCY = Efficiency(bandwidth=0.685, compute_16bit=0.796, compute_8bit=0.967
 # CUTLASS MoE, which this backend runs), nothing fitted: the 1.0 page's MoE rows at TP 1 (Qwen3-30B-A3B and Llama 4 Scout
 # on B200, never fitted) came out 12.6% and 12.5% in the median (47% and 24% worst; Qwen3 with 1.2-dev's rows too 14.1%);
 # since each run is replayed as the scheduler serves it, Qwen3 (both pages) 5.4% and Scout 10.8% (34% and 22% worst).
-# At the dense rate (moe_expert_compute 1.0, still the fallback for a shape the table lacks) they were +77% and +57%
-# (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both
-# (fitted on one, the other stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
+# At the dense rate (moe_expert_compute 1.0, still the fallback for a shape no GPU was timed on: planner/moe_timing.py)
+# they were +77% and +57% (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both (fitted on one, the other
+# stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
 # Sliding-window layers (Gemma 2/3, GPT-OSS, Mistral v0.1: ModelSpec.sliding_windows) attend to their last W tokens, and
 # Llama 4's chunked layers (ModelSpec.attention_chunks, passed to the attention by Llama4DecoderLayer) to their own chunk: the
 # PyTorch backend's models pass each layer's window to the attention op (Gemma3Attention and MixtralAttention forward
@@ -165,44 +163,6 @@ GPUS_PER_NODE = 8
 INTERNODE_BANDWIDTH = {"ampere": 25e9, "hopper": 50e9, "blackwell": 50e9}
 ALLREDUCE_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "internode": 30e-6}
 ALLREDUCE_EFFICIENCY = 0.7
-
-
-# The planner's precisions -> the dtypes of the MoE table (data/trtllm_moe_latency.tsv); others have no silicon figure.
-_MOE_DTYPES = {"fp16": "bfloat16", "bf16": "bfloat16", "fp8": "fp8", "nvfp4": "nvfp4"}
-
-
-def mxfp4_moe_dtype(gpu: GpuSpec) -> str:
-    """The MoE kind an MXFP4 checkpoint's experts run (data/trtllm_moe_latency.tsv's dtype), as TensorRT-LLM's PyTorch
-    backend picks it (tensorrt_llm/_torch/model_config.py @1a0dc5f7 get_mxfp4_quant_algo, CUTLASS MoE): MXFP8
-    activations from SM 100 (Blackwell), 16-bit activations below."""
-    return "w4a8_mxfp4_mxfp8" if gpu.cc >= 10.0 else "w4a16_mxfp4"
-
-
-@lru_cache(maxsize=1)
-def _moe_table() -> dict[tuple[str, str, int, int, int, int, int, int], tuple[list[float], list[float]]]:
-    """(gpu key, dtype, hidden, expert width, top-k, experts, expert TP, expert parallelism) -> (token counts, seconds),
-    ascending."""
-    table = {}
-    for row in packaged_fact_rows("trtllm_moe_latency.tsv"):
-        key = (row["gpu"], row["dtype"],
-               *(int(row[k]) for k in ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep")))
-        table[key] = ([float(t) for t in row["tokens"].split(",")], [float(us) * 1e-6 for us in row["latency_us"].split(",")])
-    return table
-
-
-def measured_moe_s(gpu: GpuSpec, quant: QuantFormat, model: ModelSpec, tp: int, tokens: float, *,
-                   expert_parallel: bool = False) -> float | None:
-    """Seconds of one MoE layer's routed experts (routing, permutation, grouped GEMMs, finalize) over `tokens` tokens, as
-    measured on silicon for this GPU, dtype, expert shape and expert TP (data/trtllm_moe_latency.tsv: TensorRT-LLM's
-    PyTorch-flow CUTLASS MoE); None where the table has no such shape. expert_parallel: the experts spread whole over the
-    `tp` GPUs (EP = tp, expert TP 1), `tokens` being all the GPUs' tokens together."""
-    dtype = mxfp4_moe_dtype(gpu) if model.expert_weights == "mxfp4" else _MOE_DTYPES.get(quant.name)
-    moe_tp, moe_ep = (1, tp) if expert_parallel else (tp, 1)
-    key = (gpu.key, dtype or "", model.hidden_size, model.expert_width, model.experts_per_token, model.num_experts, moe_tp, moe_ep)
-    found = _moe_table().get(key) if model.moe_layer_count else None
-    if not found or tokens <= 0:
-        return None
-    return measured_at(*found, tokens)
 
 
 @lru_cache(maxsize=1)

@@ -23,7 +23,8 @@ from pipeline.planner.memory import (
 from pipeline.planner.offline import offline_schedule
 from pipeline.planner.comm import measured_allreduce_s, measured_collective_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
-                                    kv_read_fraction, link_bandwidth, measured_gemm_rate, measured_moe_s)
+                                    kv_read_fraction, link_bandwidth, measured_gemm_rate)
+from pipeline.planner.moe_timing import measured_moe_s
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
 

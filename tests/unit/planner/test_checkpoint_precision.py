@@ -16,7 +16,7 @@ from pipeline.core.gpus import get_gpu
 from pipeline.core.quant import quant_format
 from pipeline.planner.memory import GIB, weight_bytes
 from pipeline.planner.published import bench_param_count
-from pipeline.planner.rates import measured_moe_s, mxfp4_moe_dtype
+from pipeline.planner.moe_timing import measured_moe_s, mxfp4_moe_dtype
 from pipeline.planner.scenario import stored_precision
 from pipeline.planner.checkpoint import checkpoint_precision
 

@@ -163,7 +163,8 @@ def test_moe_layer_time_is_read_off_silicon_where_the_shape_was_timed() -> None:
     so (moe_measured) adds that time per MoE layer and reads no expert weights in its roofline."""
     from dataclasses import replace
 
-    from pipeline.planner.rates import efficiency_for, measured_moe_s
+    from pipeline.planner.moe_timing import measured_moe_s
+    from pipeline.planner.rates import efficiency_for
     from pipeline.planner.published import published_model
     from pipeline.core.gpus import get_gpu
     from pipeline.core.quant import quant_format
