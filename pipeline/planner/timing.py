@@ -53,13 +53,16 @@ class StepTime:
 class StepLoad:
     """What one iteration carries. decode: sequences in generation; decode_context: their mean KV
     length; prefill_tokens: prompt tokens in this iteration; prefill_context: the mean causal span they
-    attend over (ISL/2 for a whole prompt); logits_tokens: tokens that need the lm_head (default: decode)."""
+    attend over (ISL/2 for a whole prompt); logits_tokens: tokens that need the lm_head (default: decode); peer_tokens:
+    under attention data parallelism, the tokens the other GPUs bring to the experts (default: as many as this one each,
+    the balanced load of a busy server)."""
 
     decode: float
     decode_context: float
     prefill_tokens: float
     prefill_context: float
     logits_tokens: float | None = None
+    peer_tokens: float | None = None
 
 
 def gemm_roofline_s(read_s: float, compute_s: float, exponent: float | None) -> float:
@@ -89,7 +92,8 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     adp, attention_tp = scenario.attention_dp, scenario.attention_tp
     decode, prefill_tokens = load.decode, load.prefill_tokens
     tokens = decode + prefill_tokens
-    expert_tokens = tokens * scenario.ranks  # the experts see every rank's tokens
+    # the experts see every rank's tokens
+    expert_tokens = tokens * scenario.ranks if load.peer_tokens is None else tokens + load.peer_tokens
     logits = decode if load.logits_tokens is None else load.logits_tokens
     bandwidth = hbm_bandwidth(gpu) * eff.bandwidth
     if eff.gemm_rate_measured:  # shares of the rate measured on silicon, 16-bit math at the BF16 GEMMs' rate
@@ -194,13 +198,17 @@ def mean_step(scenario: Scenario, mix: list[tuple[float, StepLoad]], eff: Effici
 
 
 def prefill_time(scenario: Scenario, max_num_tokens: int, eff: Efficiency = EFFICIENCY) -> float:
-    """Seconds to prefill one ISL-token prompt alone, in chunks of max_num_tokens."""
+    """Seconds to prefill one ISL-token prompt alone, in chunks of max_num_tokens. Under attention data parallelism the
+    other GPUs, idle, each run one dummy generation token so that every rank takes part in the MoE layers' collectives
+    (PyExecutor._pad_attention_dp_dummy_request, tensorrt_llm/_torch/pyexecutor/py_executor.py @9521caf4)."""
     isl = scenario.isl
     chunk = max(1, min(isl, max_num_tokens))
+    idle_peers = scenario.ranks - 1
     total, done = 0.0, 0
     while done < isl:
         size = min(chunk, isl - done)
-        load = StepLoad(decode=0, decode_context=0, prefill_tokens=size, prefill_context=done + size / 2, logits_tokens=1)
+        load = StepLoad(decode=0, decode_context=0, prefill_tokens=size, prefill_context=done + size / 2, logits_tokens=1,
+                        peer_tokens=idle_peers)
         total += step_time(scenario, load, eff).total_s
         done += size
     return total

@@ -70,6 +70,27 @@ def test_an_iteration_is_one_gpus_load_with_every_gpus_tokens_at_the_experts() -
     assert step.gemm_s > QWEN.moe_layer_count * experts  # the experts of all four GPUs' tokens, and the rank's dense GEMMs
 
 
+
+def test_a_lone_prompt_meets_one_dummy_token_from_each_idle_gpu_at_the_experts() -> None:
+    """TTFT of a request alone: the other GPUs have nothing to run but the one-token dummy request PyExecutor pads an
+    idle attention-DP rank with, so the experts see the prompt's chunk and three tokens, not four chunks."""
+    eff = P.efficiency_for("pytorch")
+    dep = _dep()
+    build = {"max_num_tokens": 8192}
+    chunk = dict(decode=0, decode_context=0, prefill_tokens=1024, prefill_context=512, logits_tokens=1)
+    lone = P.step_time(dep, P.StepLoad(**chunk, peer_tokens=3), eff)
+    assert P.prefill_time(dep, build["max_num_tokens"], eff) == pytest.approx(lone.total_s)
+    busy = P.step_time(dep, P.StepLoad(**chunk), eff)  # every GPU prefilling a prompt at once
+    assert lone.gemm_s < busy.gemm_s and lone.allreduce_s < busy.allreduce_s
+    experts = P.measured_moe_s(dep.gpu, dep.quant, QWEN, 4, 1024 + 3, expert_parallel=True)
+    dense = P.step_time(dep.replace(tp=1, attention_dp=False), P.StepLoad(**chunk), eff)  # no experts split, no exchange
+    assert lone.gemm_s > QWEN.moe_layer_count * experts and lone.total_s > dense.overhead_s
+    assert P.predict(dep, 1, build={**P.recommend_build(dep, "latency"), **build}, efficiency=eff).ttft_ms == pytest.approx(
+        lone.total_s * 1e3, rel=1e-3)
+    tp = dep.replace(attention_dp=False)  # without attention DP nothing changes: the experts see this GPU's tokens
+    balanced, alone = (P.step_time(tp, P.StepLoad(**chunk, peer_tokens=peers), eff) for peers in (None, 0))
+    assert alone.total_s == pytest.approx(balanced.total_s)
+
 def test_a_run_is_served_by_each_gpu_for_its_share_of_the_requests() -> None:
     eff = P.efficiency_for("pytorch")
     dep = _dep()
