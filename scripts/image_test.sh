@@ -7,11 +7,11 @@
 #   scripts/image_test.sh [build|check|all] [WORKDIR]   (default all, /var/tmp/trtllm-pipeline-image-test: outside
 #                                                        the build context; keeps the root filesystem)
 #
-# `build` (the base and the image: mostly downloads and copies) can run beside `make test`; `check` needs the CPU.
+# `build` is the base and the image (mostly downloads and copies); `check` runs the checks inside it.
 #
 # IMAGE_TEST_PRUNE=1 (what .ci/run sets): keep only what `check` needs. The vfs driver stores every layer as a
 # whole copy of the filesystem, so the image is squashed into one layer and the base image, its root filesystem
-# and the wheels are deleted once it is built (~3 GB freed while `make test` runs beside; the next run makes the
+# and the wheels are deleted once it is built (~3 GB freed before `make test` runs; the next run makes the
 # base again, minutes).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -15,6 +15,7 @@ import shutil
 import pytest
 
 from pipeline.build import BuildSpec, build_engine
+from pipeline.core.errors import StageFailedError
 from pipeline.convert import ConvertSpec, convert
 from pipeline.render import RenderSpec, render
 from pipeline.serve import ServerSpec, start_server
@@ -29,6 +30,7 @@ LIMITS = {"max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512, "max_nu
 SMOKE = {"max_tokens": 8, "short_max_tokens": 2, "concurrency": 2}
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("architecture, quant, key, value", [
     ("Qwen2ForCausalLM", "fp8", "qwen_type", "qwen2"),
     ("MistralForCausalLM", "int8_sq", "rotary_base", 100000.0),
@@ -47,12 +49,27 @@ def test_convert_build_serve_smoke(architecture, quant, key, value, demo_as, ses
     repo = render(RenderSpec(engine=built.engine_dir, runtime="reference")).repo
 
     log = session_build_root / "logs" / f"{architecture}-{quant}-tritonserver.log"
-    with start_server(ServerSpec(repo=repo, log_file=log, ready_timeout_s=600, warmup=True,
-                                 extra_args=("--exit-timeout-secs=5",))) as server:
-        report = run_smoke(SmokeSpec(url=server.grpc_url, model="ensemble", **SMOKE))
+    report = _serve_and_smoke(repo, log)
     failed = {c.name: c.detail for c in report.checks if not c.passed}
     assert report.passed, failed
     assert f"{quant} (KV auto) simulated with ModelOpt fake quantization" in log.read_text(encoding="utf-8")
     greedy = next(c for c in report.checks if c.name == "greedy")
     print(f"{architecture} {quant}: {greedy.detail}")
     shutil.rmtree(hf_dir.parent)  # this model's build folder (1.3 GB) serves no other test; CI's disk is finite
+
+
+def _serve_and_smoke(repo, log):
+    """The smoke suite against a tritonserver serving `repo`. A server that is not ready in 4 min (it is in ~1 on 2
+    busy cores) is started once more: twice in CI a tritonserver stopped loading its Python models after their
+    initialize() had returned, with nothing logged (the stall triton-inference-server/python_backend#408 names); the
+    first attempt's log is kept beside the second's."""
+    for attempt in (1, 2):
+        try:
+            with start_server(ServerSpec(repo=repo, log_file=log, ready_timeout_s=240, warmup=True,
+                                         extra_args=("--exit-timeout-secs=5",))) as server:
+                return run_smoke(SmokeSpec(url=server.grpc_url, model="ensemble", **SMOKE))
+        except StageFailedError as error:
+            if attempt == 2 or "was not ready after" not in str(error):
+                raise
+            print(f"tritonserver start {attempt} stalled; starting it again: {error}")
+            log.rename(log.with_suffix(".stalled.log"))
