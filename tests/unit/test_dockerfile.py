@@ -99,7 +99,8 @@ def test_mounts_in_comments_and_readme_are_where_artifacts_land():
 def test_ci_builds_and_checks_the_image_after_the_tests():
     """`.ci/run` builds the image, runs `make test`, then checks the image (scripts/image_test.sh: the Dockerfile built with
     buildah on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
-    commands = [command.strip() for command in re.findall(r"^(?:if ! )?(make [^>;\n]*)", (ROOT / ".ci" / "run").read_text(), re.M)]
+    ci = (ROOT / ".ci" / "run").read_text()
+    commands = [command.strip() for command in re.findall(r"^(?:if ! )?(make [^>;\n]*)", ci, re.M)]
     assert commands == ["make image-test IMAGE_TEST_PHASE=build IMAGE_TEST_PRUNE=1", "make test",
                         "make image-test IMAGE_TEST_PHASE=check"]
     makefile = (ROOT / "Makefile").read_text()
