@@ -235,8 +235,9 @@ def _moe_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, moe_mea
         return [_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP" if efficiency.moe_measured else "")]
     if moe_measured:
         return [_PYTORCH_MOE_MEASURED]
-    return [_PYTORCH_MOE_MEASURED + " (candidates whose shape silicon did not time are planned at the dense GEMM rate, "
-            "which put those rows +58% and +48% fast)"]
+    return [_PYTORCH_MOE_MEASURED + " (a candidate's GPU that silicon did not time the shape on takes another GPU's "
+            "timing of it, scaled by the shapes both were timed on; where no GPU timed it, the dense GEMM rate, which put "
+            "those rows +58% and +48% fast)"]
 
 
 # How carrying an MoE shape's timing over from another GPU fares, held out shape by shape from NVIDIA's table
