@@ -13,11 +13,11 @@ from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
 from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits
-from pipeline.planner.moe_timing import moe_key, moe_timing_for
+from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
 from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Goal, Scenario, stored_precision
-from pipeline.planner.shapes import check_attention_dp_backend, model_spec_from_config
+from pipeline.planner.shapes import ModelSpec, check_attention_dp_backend, model_spec_from_config
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
 from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
@@ -158,6 +158,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             "attention_chunks": {str(c): model.attention_chunks.count(c) for c in sorted(set(model.attention_chunks) - {0})},
             # how the checkpoint says it is stored (None: it declares nothing: 16-bit weights)
             "checkpoint_quant": model.checkpoint_quant, "expert_weights": model.expert_weights,
+            # how an MoE's routed experts are timed (None: a dense model)
+            "experts_timing": _experts_timing(model, eff, experts),
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
         backend=spec.backend, attention_dp=spec.attention_dp, memory=memory, fits=memory.fits, alternatives=options, build=build,
@@ -170,6 +172,16 @@ def plan(spec: PlanSpec) -> PlanResult:
             moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
     )
+
+
+def _experts_timing(model: ModelSpec, eff: Efficiency, experts: MoeTiming | None) -> str | None:
+    """How the plan times an MoE's routed experts: measured on silicon for this GPU, carried over from another GPU's
+    measurement, or as a share of the dense GEMM rate (the engines' fitted share; the PyTorch backend's fallback)."""
+    if not model.moe_layer_count:
+        return None
+    if experts is not None:
+        return f"carried over from {experts.donor}'s silicon timing" if experts.donor else "measured on silicon for this GPU"
+    return f"{eff.moe_expert_compute} of the dense GEMM rate"
 
 
 def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff: Efficiency) -> TrtllmBenchPrediction:

@@ -69,9 +69,15 @@ def test_the_plan_says_where_the_experts_timing_came_from() -> None:
     carried = [c for c in result.caveats if "carried" in c or "take h200's measurement" in c]
     assert len(carried) == 1 and "silicon timed this MoE shape on h200 but not on h100-sxm" in carried[0]
     assert f"{CARRIED_OVER_ERROR['h100-sxm'][0]:.1f}% from silicon on h100-sxm" in carried[0]
+    assert result.model["experts_timing"] == "carried over from h200's silicon timing"
     measured = plan(PlanSpec(model=_model_json(GPT_OSS_120B), gpu="h200", tp=4, isl=1024, osl=1024, backend="pytorch",
                              attention_dp=True))
     assert not any("measurement, scaled" in c for c in measured.caveats)
+    assert measured.model["experts_timing"] == "measured on silicon for this GPU"
+    nothing = plan(PlanSpec(model=_model_json(GPT_OSS_120B), gpu="a100", tp=2, isl=1024, osl=1024, backend="pytorch"))
+    assert nothing.model["experts_timing"] == "1.0 of the dense GEMM rate"  # no GPU timed MXFP4 experts at expert TP 2
+    dense = plan(PlanSpec(model=_model_json(published_model("llama-3.1-8b")), gpu="h100", backend="pytorch"))
+    assert dense.model["experts_timing"] is None
 
 
 def _at(curve: tuple[list[float], list[float]], tokens: float) -> float:
