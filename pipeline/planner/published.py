@@ -216,9 +216,8 @@ def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, 
     moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement."""
     if not model.moe_layer_count:
         return []
-    if moe_carried:
-        return _moe_caveats(model, backend, efficiency, moe_measured, attention_dp) + [_carried_caveat(*moe_carried)]
-    return _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)
+    caveats = _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)
+    return caveats + [_carried_caveat(*moe_carried)] if moe_carried else caveats
 
 
 def _moe_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, moe_measured: bool | None,
