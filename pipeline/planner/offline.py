@@ -16,6 +16,8 @@ PyTorch backend share):
   with it the prompts share what is left first come, first served, the last one a chunk (not rounded to the chunk unit
   here);
 - a request emits its first token in the iteration that finishes its prompt, then one per iteration until OSL.
+trtllm-bench itself runs the MAX_UTILIZATION capacity scheduler (it pauses the request started last when the next step's
+blocks do not fit); scripts/scheduler_policy_check.py replays runs that way and the README says what it changes.
 """
 
 from __future__ import annotations
