@@ -17,7 +17,8 @@ PyTorch backend share):
   here);
 - a request emits its first token in the iteration that finishes its prompt, then one per iteration until OSL.
 trtllm-bench itself runs the MAX_UTILIZATION capacity scheduler (it pauses the request started last when the next step's
-blocks do not fit); scripts/scheduler_policy_check.py replays runs that way and the README says what it changes.
+blocks do not fit): max_utilization_schedule replays a run that way, for builds that ask for it;
+scripts/scheduler_policy_check.py compares the two on the published rows and the README says why no-evict stays.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
+
+from pipeline.planner.memory import TOKENS_PER_BLOCK
 
 # Iterations are priced in groups whose total token count (decodes + prompt tokens) lies within this ratio of each other:
 # an iteration's GEMM, all-reduce and MoE times depend on that count nonlinearly, everything else linearly in the
@@ -138,4 +141,92 @@ def offline_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_
             decoding.append([finished, iteration - 1])
             decoding_count += finished
             decoding_start_sum += finished * (iteration - 1)
+    return OfflineSchedule(acc.groups(), output)
+
+
+@lru_cache(maxsize=4096)
+def max_utilization_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_tokens: int,
+                             capacity_tokens: int) -> OfflineSchedule:
+    """The iterations of the same run under the MAX_UTILIZATION capacity scheduler that trtllm-bench runs, prompts chunked
+    (engines): a request is admitted while the blocks of its whole prompt fit in a cache of `capacity_tokens` tokens in
+    blocks of memory.TOKENS_PER_BLOCK (KVCacheManager::getNeededBlocksOneStep takes them with its first chunk), whatever it will need later, so up to
+    `max_batch` run at once; when the cache cannot hold every
+    running request's next token, the requests started last are paused and, their generated tokens lost (a max_input_len
+    no longer than the prompt), go back to the queue to start over (capacityScheduler.cpp MaxUtilizationScheduler,
+    LlmRequest::pause; scripts/scheduler_policy_check.py follows every request the same way). output_tokens counts only
+    the tokens of requests that finish."""
+    max_batch = max(1, max_batch)
+    capacity_blocks = capacity_tokens // TOKENS_PER_BLOCK
+
+    def blocks(tokens: float) -> int:
+        return -(-int(tokens) // TOKENS_PER_BLOCK)
+
+    queued = requests
+    cohorts: list[list[int]] = []  # [requests, iteration of their prompt], oldest first; KV at iteration t: isl + t - start
+    partial: list[int] | None = None  # [prompt tokens prefilled so far] of the one prompt being chunked
+    acc = _Accumulator()
+    iteration = output = 0
+
+    def held(at: int) -> int:  # blocks the decoding requests hold once iteration `at` has run
+        return sum(n * blocks(isl + at - start) for n, start in cohorts)
+
+    while queued or cohorts or partial:
+        decoding = sum(n for n, _ in cohorts)
+        budget = max_num_tokens - decoding
+        free = capacity_blocks - held(iteration) - (blocks(isl) if partial else 0)
+        prefill = finished = 0
+        span = 0.0
+        pausing = free < 0  # the blocks a pause frees may admit a prompt in the next iteration: that one is not skipped
+        if pausing:  # pause from the youngest: the prompt being chunked first, then the cohorts started last
+            if partial:
+                free += blocks(isl)
+                partial, queued = None, queued + 1
+            while free < 0:
+                n, start = cohorts[-1]
+                per_request = blocks(isl + iteration - start)
+                paused = min(n, -(-(-free) // per_request))
+                output -= paused * (iteration - start)  # the tokens they had emitted are generated again
+                queued += paused
+                free += paused * per_request
+                if paused == n:
+                    cohorts.pop()
+                else:
+                    cohorts[-1][0] -= paused
+            decoding = sum(n for n, _ in cohorts)
+        else:
+            if partial and budget > 0:  # its blocks were taken whole with its first chunk
+                step = min(isl - partial[0], budget)
+                span += step * (partial[0] + step / 2)
+                prefill, budget = prefill + step, budget - step
+                partial[0] += step
+                if partial[0] == isl:
+                    partial, finished = None, 1
+            room = max_batch - decoding - finished - (1 if partial else 0)
+            whole = min(queued, max(0, room), max(0, budget) // isl, max(0, free) // blocks(isl))
+            if whole:
+                prefill, span = prefill + whole * isl, span + whole * isl * isl / 2
+                budget, queued, finished, room = budget - whole * isl, queued - whole, finished + whole, room - whole
+                free -= whole * blocks(isl)
+            if queued and room > 0 and 0 < budget and partial is None and blocks(isl) <= free:
+                partial, queued = [budget], queued - 1
+                span, prefill = span + budget * budget / 2, prefill + budget
+
+        count = 1
+        if not prefill and cohorts and not pausing:  # decode only until the oldest cohort finishes or the cache overflows
+            count = cohorts[0][1] + osl - iteration
+            room_left = capacity_blocks - (blocks(isl) if partial else 0)
+            low, high = iteration + 1, iteration + count  # the first later iteration whose tokens do not fit
+            while low < high:
+                mid = (low + high) // 2
+                low, high = (mid + 1, high) if held(mid) <= room_left else (low, mid)
+            count = max(1, low - iteration)
+        starts = sum(n * start for n, start in cohorts)
+        mean_context = isl + (iteration + (count - 1) / 2) - starts / decoding if decoding else 0.0
+        acc.add(count, decoding, mean_context, prefill, span / prefill if prefill else 0.0, decoding + finished)
+        output += count * decoding + finished
+        iteration += count
+        while cohorts and cohorts[0][1] + osl - 1 < iteration:
+            cohorts.pop(0)
+        if finished and osl > 1:
+            cohorts.append([finished, iteration - 1])
     return OfflineSchedule(acc.groups(), output)

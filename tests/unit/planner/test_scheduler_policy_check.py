@@ -1,5 +1,5 @@
 """scripts/scheduler_policy_check.py: a trtllm-bench run replayed request by request under MAX_UTILIZATION, against the
-planner's no-evict replay (planner/offline.py) priced by the same step-time model."""
+planner's no-evict replay and its grouped MAX_UTILIZATION replay (planner/offline.py), priced by the same step-time model."""
 
 from __future__ import annotations
 
@@ -56,3 +56,23 @@ def test_a_batch_beyond_the_cache_pauses_and_restarting_loses_the_tokens() -> No
     assert keep.paused > 0 and restart.paused > 0
     assert keep.lost_tokens == 0 < restart.lost_tokens
     assert keep.tokens_per_s > 1.3 * restart.tokens_per_s
+
+
+@pytest.mark.parametrize(("isl", "osl", "requests", "max_batch_size"), [
+    (128, 4096, 60, 64),  # 15 sequences fit whole: the cache fills late and pauses, requests restart
+    (2048, 512, 40, 32),  # prompts of a whole max_num_tokens, chunked beside the decodes
+    (500, 2000, 120, 64),
+])
+def test_the_grouped_replay_is_the_request_by_request_one(isl: int, osl: int, requests: int, max_batch_size: int) -> None:
+    """offline.max_utilization_schedule, which groups iterations, serves every request as the script's replay that
+    follows each one does (tokens lost): the same throughput."""
+    script, eff = _script(), efficiency_for("tensorrt")
+    scenario = _scenario(isl, osl)
+    build = _build(scenario, max_batch_size)
+    one_by_one = script.replay_max_utilization(scenario, build, eff, requests, keep=False)
+    assert one_by_one.paused > 0
+    grouped = max_throughput(scenario, build={**build, "capacity_scheduler_policy": "max_utilization"}, efficiency=eff,
+                             requests=requests)
+    assert grouped.output_tokens_per_s == pytest.approx(one_by_one.tokens_per_s, rel=0.002)
+    no_evict = max_throughput(scenario, build=build, efficiency=eff, requests=requests)
+    assert grouped.output_tokens_per_s != pytest.approx(no_evict.output_tokens_per_s, rel=0.002)  # the policy is used
