@@ -3,7 +3,7 @@
 TensorRT-LLM's MAX_UTILIZATION capacity scheduler.
 
     .venv/bin/python scripts/scheduler_policy_check.py [--model llama-3.1-70b] [--gpu h100-sxm] [--tp 4] [--shape 128/4096 ...]
-    .venv/bin/python scripts/scheduler_policy_check.py --cv
+    .venv/bin/python scripts/scheduler_policy_check.py --cv tensorrt|pytorch
 
 What trtllm-bench runs (NVIDIA/TensorRT-LLM@000a01de tensorrt_llm/bench/dataclasses/configuration.py,
 ExecutorSettingsConfig.scheduler_policy = MAX_UTILIZATION, with the dynamic batch-size tuner on): every iteration the
@@ -19,8 +19,9 @@ planner/offline.py's offline_schedule admits a request only when the KV cache ho
 max_utilization_schedule replays the tokens-lost reading in groups. This script follows every request one iteration at a
 time (replay_max_utilization: both readings; tests/unit/planner/test_scheduler_policy_check.py holds the grouped replay
 to it), prices every replay with the same step-time model and constants, and prints them beside the published figure;
---cv refits and cross-validates the engine rows under each policy as `make plan-check` does. Engine rows only (chunked
-prefill, memory.TOKENS_PER_BLOCK-token blocks).
+--cv refits and cross-validates one backend's rows under each policy as `make plan-check` does (the PyTorch backend's
+whole prompts only in groups). The rows compared one by one are engine rows (chunked prefill, memory.TOKENS_PER_BLOCK-token
+blocks).
 """
 
 from __future__ import annotations
@@ -140,15 +141,15 @@ def replay_max_utilization(scenario: Scenario, build: dict, efficiency: Efficien
 
 
 def _max_utilization_limits(limits):
-    """trtllm_bench_limits with every engine run asking for MAX_UTILIZATION (for --cv)."""
+    """trtllm_bench_limits with every run asking for MAX_UTILIZATION (for --cv)."""
     def limits_under_max_utilization(scenario: Scenario, backend: str = "tensorrt", *rest) -> dict:
-        build = limits(scenario, backend, *rest)
-        return {**build, "capacity_scheduler_policy": "max_utilization"} if backend == "tensorrt" else build
+        return {**limits(scenario, backend, *rest), "capacity_scheduler_policy": "max_utilization"}
     return limits_under_max_utilization
 
 
-def cross_validation(policy: str) -> dict:
-    """scripts/plan_vs_published.py's fit and cross-validation of the engine rows with every run replayed under `policy`."""
+def cross_validation(backend: str, policy: str) -> dict:
+    """scripts/plan_vs_published.py's fit and cross-validation of one backend's rows with every run replayed under
+    `policy`."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from plan_vs_published import cross_validate, cross_validated_error, fit
 
@@ -156,7 +157,7 @@ def cross_validation(policy: str) -> dict:
     if policy == "max_utilization":
         P.trtllm_bench_limits = _max_utilization_limits(original)
     try:
-        rows = P.published_rows("tensorrt")
+        rows = P.published_rows(backend)
         efficiency = fit(rows)
         result = {"in sample": P.error_summary(P.compare_published(None, rows, efficiency=efficiency))}
         for by in ("gpu", "model"):
@@ -190,13 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h100-sxm")
     parser.add_argument("--tp", default="4")
     parser.add_argument("--shape", nargs="*", default=None, help="ISL/OSL pairs (default: every published one)")
-    parser.add_argument("--cv", action="store_true", help="refit and cross-validate the engine rows under each policy "
-                        "(tokens lost), as make plan-check does (~5 minutes)")
+    parser.add_argument("--cv", choices=["tensorrt", "pytorch"], default=None, help="refit and cross-validate that "
+                        "backend's rows under each policy (tokens lost), as make plan-check does (~5 minutes each)")
     args = parser.parse_args(argv)
     if args.cv:
         for policy in ("guaranteed_no_evict", "max_utilization"):
-            for name, figures in cross_validation(policy).items():
-                print(f"{policy:20s} {name:15s} median |error| {figures['median_abs_pct_error']:4.1f}%, worst "
+            for name, figures in cross_validation(args.cv, policy).items():
+                print(f"{args.cv} {policy:20s} {name:15s} median |error| {figures['median_abs_pct_error']:4.1f}%, worst "
                       f"{figures['max_abs_pct_error']:4.1f}% over {figures['rows']} rows", flush=True)
         return 0
     rows = [r for r in P.published_rows("tensorrt") if (r["model"], r["gpu"], r["tp"]) == (args.model, args.gpu, args.tp)

@@ -144,19 +144,29 @@ def offline_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_
     return OfflineSchedule(acc.groups(), output)
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """What bounds a run's iterations under MAX_UTILIZATION: requests in flight (the runtime's batch limit), tokens per
+    iteration, prompts chunked (engines) or whole (the PyTorch backend), and the KV cache's size in tokens."""
+
+    max_batch: int
+    max_num_tokens: int
+    chunked: bool
+    capacity_tokens: int
+
+
 @lru_cache(maxsize=4096)
-def max_utilization_schedule(isl: int, osl: int, requests: int, max_batch: int, max_num_tokens: int,
-                             capacity_tokens: int) -> OfflineSchedule:
-    """The iterations of the same run under the MAX_UTILIZATION capacity scheduler that trtllm-bench runs, prompts chunked
-    (engines): a request is admitted while the blocks of its whole prompt fit in a cache of `capacity_tokens` tokens in
-    blocks of memory.TOKENS_PER_BLOCK (KVCacheManager::getNeededBlocksOneStep takes them with its first chunk), whatever it will need later, so up to
-    `max_batch` run at once; when the cache cannot hold every
-    running request's next token, the requests started last are paused and, their generated tokens lost (a max_input_len
-    no longer than the prompt), go back to the queue to start over (capacityScheduler.cpp MaxUtilizationScheduler,
-    LlmRequest::pause; scripts/scheduler_policy_check.py follows every request the same way). output_tokens counts only
-    the tokens of requests that finish."""
+def max_utilization_schedule(isl: int, osl: int, requests: int, limits: RunLimits) -> OfflineSchedule:
+    """The iterations of the same run under the MAX_UTILIZATION capacity scheduler that trtllm-bench runs: a request is
+    admitted while the blocks of its whole prompt fit (KVCacheManager::getNeededBlocksOneStep takes them with its first
+    chunk; blocks of memory.TOKENS_PER_BLOCK), whatever it will need later, so up to max_batch run at once; when the cache
+    cannot hold every running request's next token, the requests started last are paused and, their generated tokens lost
+    (a max_input_len no longer than the prompt), go back to the queue to start over (capacityScheduler.cpp
+    MaxUtilizationScheduler, LlmRequest::pause; scripts/scheduler_policy_check.py follows every request the same way).
+    output_tokens counts only the tokens of requests that finish."""
+    max_batch, max_num_tokens = limits.max_batch, limits.max_num_tokens
     max_batch = max(1, max_batch)
-    capacity_blocks = capacity_tokens // TOKENS_PER_BLOCK
+    capacity_blocks = limits.capacity_tokens // TOKENS_PER_BLOCK
 
     def blocks(tokens: float) -> int:
         return -(-int(tokens) // TOKENS_PER_BLOCK)
@@ -203,11 +213,13 @@ def max_utilization_schedule(isl: int, osl: int, requests: int, max_batch: int, 
                     partial, finished = None, 1
             room = max_batch - decoding - finished - (1 if partial else 0)
             whole = min(queued, max(0, room), max(0, budget) // isl, max(0, free) // blocks(isl))
+            if not limits.chunked and not (whole or decoding or finished) and queued and room > 0 and blocks(isl) <= free:
+                whole = 1  # a prompt longer than the budget still runs alone
             if whole:
                 prefill, span = prefill + whole * isl, span + whole * isl * isl / 2
                 budget, queued, finished, room = budget - whole * isl, queued - whole, finished + whole, room - whole
                 free -= whole * blocks(isl)
-            if queued and room > 0 and 0 < budget and partial is None and blocks(isl) <= free:
+            if limits.chunked and queued and room > 0 and 0 < budget and partial is None and blocks(isl) <= free:
                 partial, queued = [budget], queued - 1
                 span, prefill = span + budget * budget / 2, prefill + budget
 

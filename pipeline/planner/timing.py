@@ -20,7 +20,7 @@ from pipeline.core.quant import quant_format
 from pipeline.planner.memory import (
     ACTIVATION_BYTES, MemoryPlan, fitting_memory, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step,
 )
-from pipeline.planner.offline import max_utilization_schedule, offline_schedule
+from pipeline.planner.offline import RunLimits, max_utilization_schedule, offline_schedule
 from pipeline.planner.comm import measured_allreduce_s, measured_collective_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_gemm_rate)
@@ -316,7 +316,7 @@ def max_throughput(
     and build limits allow, each iteration carrying its share of prefill.
 
     requests: how many equal ISL/OSL requests the run is given at once (None: as many as it takes to reach steady
-    state). A build whose capacity_scheduler_policy is "max_utilization" (chunked prefill only) has a finite run replayed
+    state). A build whose capacity_scheduler_policy is "max_utilization" has a finite run replayed
     as that scheduler serves it (offline.max_utilization_schedule; scripts/scheduler_policy_check.py), else admitted
     no-evict. A finite run is replayed iteration by iteration as the scheduler serves it (planner/offline.py: the batch
     filling as the token budget admits prompts, waves, the last requests draining it); throughput is its output tokens
@@ -335,11 +335,11 @@ def max_throughput(
     else:
         requests = max(1, -(-requests // ranks))  # one GPU's share
         batch = min(batch, requests)
-        if build.get("capacity_scheduler_policy") == "max_utilization" and build.get("chunked_prefill", True):
+        if build.get("capacity_scheduler_policy") == "max_utilization":
             runtime_batch = (min(build["max_batch_size"], tuned_batch_size(memory.max_sequences))
                              if build.get("dynamic_batch_size") else build["max_batch_size"])
-            run = max_utilization_schedule(scenario.isl, scenario.osl, requests, runtime_batch, build["max_num_tokens"],
-                                           memory.kv_capacity_tokens)
+            run = max_utilization_schedule(scenario.isl, scenario.osl, requests, RunLimits(
+                runtime_batch, build["max_num_tokens"], build.get("chunked_prefill", True), memory.kv_capacity_tokens))
         else:
             run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build),
                                    build["max_num_tokens"], build.get("chunked_prefill", True))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.planner.published import published_model, published_scenario, trtllm_bench_limits
+from pipeline.planner.offline import RunLimits, max_utilization_schedule, offline_schedule
 from pipeline.planner.rates import efficiency_for
 from pipeline.planner.timing import max_throughput
 
@@ -76,3 +77,12 @@ def test_the_grouped_replay_is_the_request_by_request_one(isl: int, osl: int, re
     assert grouped.output_tokens_per_s == pytest.approx(one_by_one.tokens_per_s, rel=0.002)
     no_evict = max_throughput(scenario, build=build, efficiency=eff, requests=requests)
     assert grouped.output_tokens_per_s != pytest.approx(no_evict.output_tokens_per_s, rel=0.002)  # the policy is used
+
+
+def test_whole_prompts_that_the_cache_holds_are_scheduled_as_no_evict_schedules_them() -> None:
+    """The PyTorch backend's whole prompts (no chunking): with a cache that holds every request whole nothing is paused,
+    and the grouped MAX_UTILIZATION replay has the no-evict replay's iterations."""
+    capacity = (1000 + 300) * 16 * 4  # four times what 16 requests need
+    under_max_utilization = max_utilization_schedule(1000, 300, 50, RunLimits(16, 4096, False, capacity))
+    assert under_max_utilization == offline_schedule(1000, 300, 50, 16, 4096, False)
+    assert under_max_utilization.output_tokens == 50 * 300
