@@ -154,7 +154,7 @@ def cross_validation(backend: str, policy: str) -> dict:
     from plan_vs_published import cross_validate, cross_validated_error, fit
 
     original = P.trtllm_bench_limits
-    if policy == "max_utilization":
+    if policy == "max_utilization":  # published.trtllm_bench_throughput, which the fit calls, looks the name up there
         P.trtllm_bench_limits = _max_utilization_limits(original)
     try:
         rows = P.published_rows(backend)

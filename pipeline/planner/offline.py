@@ -164,12 +164,15 @@ def max_utilization_schedule(isl: int, osl: int, requests: int, limits: RunLimit
     (a max_input_len no longer than the prompt), go back to the queue to start over (capacityScheduler.cpp
     MaxUtilizationScheduler, LlmRequest::pause; scripts/scheduler_policy_check.py follows every request the same way).
     output_tokens counts only the tokens of requests that finish."""
-    max_batch, max_num_tokens = limits.max_batch, limits.max_num_tokens
-    max_batch = max(1, max_batch)
+    max_batch, max_num_tokens = max(1, limits.max_batch), limits.max_num_tokens
     capacity_blocks = limits.capacity_tokens // TOKENS_PER_BLOCK
 
     def blocks(tokens: float) -> int:
         return -(-int(tokens) // TOKENS_PER_BLOCK)
+
+    if requests and blocks(isl + 1) > capacity_blocks:
+        raise ValueError(f"a KV cache of {limits.capacity_tokens} tokens cannot hold one {isl}-token prompt and its first "
+                         "decode: no run to replay")
 
     queued = requests
     cohorts: list[list[int]] = []  # [requests, iteration of their prompt], oldest first; KV at iteration t: isl + t - start

@@ -316,12 +316,12 @@ def max_throughput(
     and build limits allow, each iteration carrying its share of prefill.
 
     requests: how many equal ISL/OSL requests the run is given at once (None: as many as it takes to reach steady
-    state). A build whose capacity_scheduler_policy is "max_utilization" has a finite run replayed
-    as that scheduler serves it (offline.max_utilization_schedule; scripts/scheduler_policy_check.py), else admitted
-    no-evict. A finite run is replayed iteration by iteration as the scheduler serves it (planner/offline.py: the batch
-    filling as the token budget admits prompts, waves, the last requests draining it); throughput is its output tokens
-    over the sum of its iterations' times, and the phases its iterations' mean. With attention data parallelism each GPU
-    schedules its share of the requests alone, in step with the others; the batch is all GPUs' together."""
+    state). A finite run is replayed iteration by iteration as the scheduler serves it (planner/offline.py: the batch
+    filling as the token budget admits prompts, waves, the last requests draining it; admitted no-evict, or, for a build
+    whose capacity_scheduler_policy is "max_utilization", as that scheduler admits and pauses them); throughput is its
+    output tokens over the sum of its iterations' times, and the phases its iterations' mean. With attention data
+    parallelism each GPU schedules its share of the requests alone, in step with the others; the batch is all GPUs'
+    together."""
     scenario.check()
     model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
     eff = efficiency or EFFICIENCY

@@ -86,3 +86,8 @@ def test_whole_prompts_that_the_cache_holds_are_scheduled_as_no_evict_schedules_
     under_max_utilization = max_utilization_schedule(1000, 300, 50, RunLimits(16, 4096, False, capacity))
     assert under_max_utilization == offline_schedule(1000, 300, 50, 16, 4096, False)
     assert under_max_utilization.output_tokens == 50 * 300
+
+
+def test_a_cache_that_holds_no_prompt_is_refused_not_replayed_forever() -> None:
+    with pytest.raises(ValueError, match="cannot hold one 1000-token prompt"):
+        max_utilization_schedule(1000, 300, 5, RunLimits(16, 4096, False, 512))
