@@ -48,7 +48,7 @@ def test_where_the_cache_holds_every_request_whole_the_two_policies_agree() -> N
 def test_a_batch_beyond_the_cache_pauses_and_restarting_loses_the_tokens() -> None:
     """70B FP8 on one H100 holds ~15 sequences of 128+4096 tokens: a 64-request batch fills the cache and pauses; if the
     paused requests keep their tokens the run is faster than if they restart (the published figure, 426 tokens/s, sides
-    with restarting or with no-evict: keeping them would be ~75% fast)."""
+    with restarting or with no-evict: keeping them comes out ~70% fast)."""
     script, eff = _script(), efficiency_for("tensorrt")
     scenario = _scenario(128, 4096)
     build = _build(scenario, 64)
