@@ -38,7 +38,7 @@ from pipeline.planner import published as P  # noqa: E402
 from pipeline.planner.memory import TOKENS_PER_BLOCK, fitting_memory  # noqa: E402
 from pipeline.planner.rates import Efficiency, efficiency_for  # noqa: E402
 from pipeline.planner.scenario import Scenario  # noqa: E402
-from pipeline.planner.timing import StepLoad, max_throughput, step_time, tuned_batch_size  # noqa: E402
+from pipeline.planner.timing import StepLoad, max_throughput, runtime_batch_size, step_time  # noqa: E402
 
 @dataclass
 class Request:
@@ -85,7 +85,7 @@ def replay_max_utilization(scenario: Scenario, build: dict, efficiency: Efficien
     osl, max_num_tokens = scenario.osl, build["max_num_tokens"]
     memory = fitting_memory(scenario, build)
     capacity_blocks = memory.kv_capacity_tokens // TOKENS_PER_BLOCK
-    runtime_batch = min(build["max_batch_size"], tuned_batch_size(memory.max_sequences))
+    runtime_batch = runtime_batch_size(memory, build)
     waiting = [Request(scenario.isl) for _ in range(requests)]
     active: list[Request] = []
     seconds, output, paused, lost = 0.0, 0, 0, 0

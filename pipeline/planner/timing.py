@@ -252,12 +252,17 @@ def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl:
     return max(1, int(min(_in_flight_limit(memory, build), max(1, token_budget))))
 
 
-def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any]) -> int:
-    """Requests the runtime holds at once: KV capacity at ISL+OSL each, max_batch_size, and the dynamic tuner's pick."""
+def runtime_batch_size(memory: MemoryPlan, build: dict[str, Any]) -> int:
+    """The runtime's batch limit: max_batch_size, and the dynamic tuner's pick when the build asks for it."""
     limit = build["max_batch_size"]
     if build.get("dynamic_batch_size"):
         limit = min(limit, tuned_batch_size(memory.max_sequences))
-    return max(1, min(memory.max_sequences, limit))
+    return limit
+
+
+def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any]) -> int:
+    """Requests the runtime holds at once under no-evict admission: its batch limit and the KV capacity at ISL+OSL each."""
+    return max(1, min(memory.max_sequences, runtime_batch_size(memory, build)))
 
 
 def predict(
@@ -336,10 +341,9 @@ def max_throughput(
         requests = max(1, -(-requests // ranks))  # one GPU's share
         batch = min(batch, requests)
         if build.get("capacity_scheduler_policy") == "max_utilization":
-            runtime_batch = (min(build["max_batch_size"], tuned_batch_size(memory.max_sequences))
-                             if build.get("dynamic_batch_size") else build["max_batch_size"])
             run = max_utilization_schedule(scenario.isl, scenario.osl, requests, RunLimits(
-                runtime_batch, build["max_num_tokens"], build.get("chunked_prefill", True), memory.kv_capacity_tokens))
+                runtime_batch_size(memory, build), build["max_num_tokens"], build.get("chunked_prefill", True),
+                memory.kv_capacity_tokens))
         else:
             run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build),
                                    build["max_num_tokens"], build.get("chunked_prefill", True))
