@@ -17,7 +17,8 @@ from pipeline.planner.scenario import Scenario, as_gpu
 from pipeline.planner.shapes import ModelSpec, model_spec_from_dict
 from pipeline.planner.timing import ThroughputEstimate, max_throughput
 
-# FP8 and FP4 rows: NVIDIA's FP8/NVFP4 checkpoints with an FP8 KV cache; FP16/BF16: a 16-bit KV cache. MXFP4 rows (GPT-OSS):
+# FP8 and FP4 rows: NVIDIA's FP8/NVFP4 checkpoints with an FP8 KV cache (the rows say so: refitted with a 16-bit cache,
+# each backend's loss grows 16-20x; scripts/plan_vs_published.py --kv-check); FP16/BF16: a 16-bit KV cache. MXFP4 rows (GPT-OSS):
 # OpenAI's checkpoints as they are, with the KV cache of the 1.2-dev page's options (NVIDIA/TensorRT-LLM@03e27c7d
 # docs/source/developer-guide/perf-overview.md, GPT-OSS llm_options.yml): FP8, "Hopper: use auto".
 _PUBLISHED_PRECISIONS = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("fp16", "auto"), "BF16": ("bf16", "auto")}
@@ -68,7 +69,8 @@ def published_model(name: str) -> ModelSpec:
 
 
 def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
-    """The Scenario of one published row (gpu, precision, tp, isl, osl; attention_dp "true" for the DEP rows)."""
+    """The Scenario of one published row (gpu, precision, tp, isl, osl; attention_dp "true" for the DEP rows). The KV cache
+    is the precision's (FP8 and FP4 rows: FP8) unless the row names its own in a `kv_cache` column."""
     precision = str(row["precision"])
     gpu = as_gpu(row["gpu"])
     if precision.upper() == "MXFP4":  # the checkpoint as published (MXFP4 experts); the page's KV cache: "fp8 # Hopper: use auto"
@@ -80,6 +82,7 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
             raise InvalidInputError(
                 f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
             ) from None
+    kv = row.get("kv_cache") or kv
     return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]), attention_dp=is_dep_row(row))
 
 

@@ -124,6 +124,33 @@ def test_cross_validated_error_is_what_the_readme_quotes() -> None:
         assert pooled["max_abs_pct_error"] == pytest.approx(worst, abs=0.5)
 
 
+@pytest.mark.slow
+def test_published_quantized_runs_had_an_fp8_kv_cache() -> None:
+    """The FP8 and FP4 rows are planned with an FP8 KV cache; refitted with a 16-bit one instead, each backend's fit gets
+    several times worse (README: engines' loss 0.49 -> 9.6, PyTorch 0.17 -> 2.7), so the rows themselves say which cache
+    the runs had. A row's own `kv_cache` column is what the 16-bit variant sets. Both backends in two spawned processes."""
+    import importlib
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _script()
+    script = importlib.import_module("plan_vs_published")
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = dict(zip(("tensorrt", "pytorch"), pool.map(script.kv_precision_check, ("tensorrt", "pytorch"))))
+    for backend, fits in results.items():
+        planned, sixteen = fits["as_planned"], fits["sixteen_bit_kv"]
+        print(backend, planned["loss"], sixteen["loss"], planned["median_abs_pct_error"], sixteen["median_abs_pct_error"])
+        assert sixteen["loss"] > 5 * planned["loss"], backend
+        assert sixteen["median_abs_pct_error"] > 2 * planned["median_abs_pct_error"], backend
+
+
+def test_a_row_may_name_its_own_kv_cache() -> None:
+    row = next(r for r in published_rows("pytorch") if r["precision"] == "FP8")
+    model = P.published_model(row["model"])
+    assert P.published_scenario(model, row).kv.name == "fp8"
+    assert P.published_scenario(model, dict(row, kv_cache="auto")).kv.name != "fp8"
+
+
 def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report needs no AIConfigurator: its side-by-side comes from the recorded predictions."""
     monkeypatch.setenv("PATH", "/nonexistent")
