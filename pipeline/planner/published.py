@@ -298,7 +298,12 @@ def error_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
 def log_loss(rows: list[dict[str, str]], efficiency: Efficiency) -> float:
     """Sum of squared log ratios of predicted to published: a relative error that treats over- and under-prediction
     alike (what the fits of scripts/plan_vs_published.py and scripts/plan_vs_more_models.py minimise)."""
-    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in compare_published(None, rows, efficiency=efficiency))
+    return comparison_log_loss(compare_published(None, rows, efficiency=efficiency))
+
+
+def comparison_log_loss(comparison: list[dict[str, Any]]) -> float:
+    """log_loss of a compare_published result already at hand."""
+    return sum(math.log(1 + r["error_pct"] / 100) ** 2 for r in comparison)
 
 
 def median_abs_pct_error(comparison: list[dict[str, Any]]) -> float:

@@ -49,6 +49,19 @@ def _script(name: str = "plan_vs_published"):
     return module
 
 
+def _in_two_processes(function: str, *arguments: tuple) -> list:
+    """scripts/plan_vs_published.py's `function` mapped over `arguments` in two fresh processes (spawned, not forked, as
+    this process may hold other tests' threads)."""
+    import importlib
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _script()  # puts scripts/ on sys.path, which the spawned processes inherit
+    script = importlib.import_module("plan_vs_published")
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(getattr(script, function), *arguments))
+
+
 def _assert_beside(entry: dict, theirs: tuple[float, float], ours: tuple[float, float], key: object) -> None:
     """A side_by_side entry (plan_vs_aiconfigurator): AIConfigurator's median / worst |error| and ours (in sample)."""
     assert (entry["aiconfigurator_median_abs_pct_error"], entry["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1), key
@@ -105,15 +118,8 @@ def test_cross_validated_error_is_what_the_readme_quotes() -> None:
     """Every fold (each GPU, then each model, held out whole) on both backends; the pooled figures are the README's.
     The four cross-validations are independent: two fresh processes run them (a minute of fitting in one; spawned, not
     forked, as this process may hold other tests' threads)."""
-    import importlib
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    _script()  # puts scripts/ on sys.path, which the spawned processes inherit
-    script = importlib.import_module("plan_vs_published")
     cases = list(CV_QUOTED)
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(pool.map(script.pooled_cross_validation, *zip(*cases)))
+    results = _in_two_processes("pooled_cross_validation", *zip(*cases))
     for (backend, by), (values, pooled) in zip(cases, results):
         rows = published_rows(backend)
         assert sorted(values) == sorted({r[by] for r in rows})
@@ -130,14 +136,7 @@ def test_published_quantized_runs_had_an_fp8_kv_cache() -> None:
     several times worse than its shipped constants (README: engines' loss 0.48 -> 9.6, PyTorch 0.17 -> 2.7), so the rows
     say which cache the runs had. A row's own `kv_cache` column is what the 16-bit variant sets. Both backends in two
     spawned processes."""
-    import importlib
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    _script()
-    script = importlib.import_module("plan_vs_published")
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = dict(zip(("tensorrt", "pytorch"), pool.map(script.kv_precision_check, ("tensorrt", "pytorch"))))
+    results = dict(zip(("tensorrt", "pytorch"), _in_two_processes("kv_precision_check", ("tensorrt", "pytorch"))))
     for backend, fits in results.items():
         planned, sixteen = fits["as_planned"], fits["sixteen_bit_kv"]
         print(backend, planned["loss"], sixteen["loss"], planned["median_abs_pct_error"], sixteen["median_abs_pct_error"])
