@@ -53,7 +53,8 @@ _HEADER = """\
 # AIConfigurator's own memory check). batch: the planner's KV-capacity batch, asked as --batch-size; tokens/s: the TP group's
 # total. The model folders hold config.json from pipeline/data/published_models/<model>.json (keys starting with `_` dropped).
 # A row that both the 1.0 and the 1.2-dev pages publish (1000/1000 at the same model, GPU, TP and precision) is asked
-# once per page, with the same answer.
+# once per page, with the same answer; so is a row of trtllm_published_throughput_0_20.tsv (TensorRT-LLM 0.20's runs) that a
+# later page publishes at the same model, GPU, TP, precision and ISL/OSL.
 """
 
 

@@ -19,7 +19,9 @@ It also predicts the models outside the fit (pipeline/data/trtllm_published_thro
 PyTorch backend's Qwen3-30B-A3B and Llama 4 Scout never fitted; Mixtral fitting the engines' MoE share alone, held out by
 model and by GPU with --cv) and the GPUs outside it (pipeline/data/trtllm_published_throughput_more_gpus.tsv: GB200 and
 RTX PRO 6000, never fitted) and the MoE runs with attention data parallelism (pipeline/data/
-trtllm_published_throughput_dep.tsv, never fitted): scripts/plan_vs_more_models.py.
+trtllm_published_throughput_dep.tsv, never fitted): scripts/plan_vs_more_models.py. And the PyTorch backend's constants on an
+earlier release's runs (pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20's dense Llama rows, most at TP degrees the fit
+never saw; never fitted): scripts/plan_vs_earlier_release.py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E40
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate, rerun, side_by_side  # noqa: E402
+from plan_vs_earlier_release import earlier_release_report, plot_panel as earlier_release_panel  # noqa: E402
+from plan_vs_earlier_release import report_lines as earlier_release_lines  # noqa: E402
 from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerun_aiconfigurator or args.record_missing_aiconfigurator:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
         every += P.compare_published(None, P.more_model_rows()) + P.compare_published(None, P.more_gpu_rows())
-        every += P.compare_published(None, P.dep_rows())
+        every += P.compare_published(None, P.dep_rows()) + P.compare_published(None, P.earlier_release_rows())
         rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE, keep=args.record_missing_aiconfigurator)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)
@@ -333,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                               "backends": {backend: run_backend(backend, args) for backend in backends}}
     # both backends' constants on the models outside the fit, whichever backend was asked (scripts/plan_vs_more_models.py)
     report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
-    for line in report_lines(report["more_models"]):
+    report["earlier_release"] = earlier_release_report()
+    for line in [*report_lines(report["more_models"]), *earlier_release_lines(report["earlier_release"])]:
         OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
@@ -344,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     panels = {name: folds for name, folds in panels.items() if folds} or {
         f"{b} (in sample)": [{"value": "all", **part["in_sample"], "comparison": part["rows"]}] for b, part in report["backends"].items()}
     panels.update(plot_panels(report["more_models"]))
+    panels.update(earlier_release_panel(report["earlier_release"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
     OUT.info(f"wrote {out / 'plan_vs_published.json'}, plan_vs_published_folds.csv, plan_vs_published.png and "

@@ -12,7 +12,8 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, gpu_caveats, trtllm_bench_limits
+from pipeline.planner.published import (TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, bound_caveats, gpu_caveats,
+                                        trtllm_bench_limits)
 from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
 from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend
@@ -170,7 +171,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             model, spec.backend, eff, attention_dp=spec.attention_dp,
             moe_measured=experts is not None,
             moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
-        + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count)),
+        + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count))
+        + bound_caveats(spec.backend, throughput.bound if throughput else None),
     )
 
 

@@ -55,6 +55,12 @@ def more_gpu_rows() -> list[dict[str, str]]:
     return packaged_fact_rows("trtllm_published_throughput_more_gpus.tsv")
 
 
+def earlier_release_rows() -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20's PyTorch-backend rows of the dense Llama models,
+    most at TP degrees no fit sees, which no fit sees either."""
+    return packaged_fact_rows("trtllm_published_throughput_0_20.tsv")
+
+
 @lru_cache(maxsize=None)
 def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""
@@ -287,6 +293,20 @@ def gpu_caveats(gpu: str, backend: str, *, moe: bool = False) -> list[str]:
     if gpu in {r["gpu"] for r in published_rows(backend)}:
         return []
     return [_GPU_UNCHECKED.format(gpu=gpu, what="TensorRT engines" if backend == "tensorrt" else "the PyTorch backend")]
+
+
+# What NVIDIA's 0.20 runs say of PyTorch-backend predictions bound by TP's all-reduce, a regime no row of that backend's
+# fit is in (scripts/plan_vs_earlier_release.py; asserted against that report in tests/unit/planner/test_published.py).
+_PYTORCH_ALL_REDUCE = ("TP's all-reduce bounds this prediction, and no published run the PyTorch backend's constants were "
+                       "fitted on is so bound; TensorRT-LLM 0.20's published runs that are (Llama 3.3 70B at TP 8 on B200, H100 "
+                       "and H200, Llama 3.1 405B at TP 8 on B200; never fitted) came out 7.4% fast in the median, 15% at worst "
+                       "(that release's runs of configurations the fit saw: +2.4% on average): treat the throughput as an upper "
+                       "bound, or calibrate from your own bench (pipeline plan --calibrate)")
+
+
+def bound_caveats(backend: str, bound: str | None) -> list[str]:
+    """What the published rows say of a prediction dominated by `bound` (ThroughputEstimate.bound) on this backend."""
+    return [_PYTORCH_ALL_REDUCE] if backend == "pytorch" and bound == "TP all-reduce" else []
 
 
 def error_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:

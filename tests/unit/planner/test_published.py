@@ -12,6 +12,7 @@ import pytest
 from pipeline import planner as P
 from pipeline.planner.published import published_rows
 from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
+from planner_cases import assert_beside, script_module
 
 # README, "Capacity and latency planning", quotes these cross-validated figures (median, worst |error| %, pooled
 # over every fold of that kind); each fold is refitted on its training rows only, from PRIOR (and, for the PyTorch
@@ -37,18 +38,6 @@ CV_QUOTED = {
 }
 
 
-def _script(name: str = "plan_vs_published"):
-    import importlib.util
-    import sys
-
-    scripts = Path(__file__).resolve().parents[3] / "scripts"
-    sys.path.insert(0, str(scripts))
-    spec = importlib.util.spec_from_file_location(name, scripts / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _in_two_processes(function: str, *arguments: tuple) -> list:
     """scripts/plan_vs_published.py's `function` mapped over `arguments` in two fresh processes (spawned, not forked, as
     this process may hold other tests' threads)."""
@@ -56,16 +45,10 @@ def _in_two_processes(function: str, *arguments: tuple) -> list:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    _script()  # puts scripts/ on sys.path, which the spawned processes inherit
+    script_module()  # puts scripts/ on sys.path, which the spawned processes inherit
     script = importlib.import_module("plan_vs_published")
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(getattr(script, function), *arguments))
-
-
-def _assert_beside(entry: dict, theirs: tuple[float, float], ours: tuple[float, float], key: object) -> None:
-    """A side_by_side entry (plan_vs_aiconfigurator): AIConfigurator's median / worst |error| and ours (in sample)."""
-    assert (entry["aiconfigurator_median_abs_pct_error"], entry["aiconfigurator_max_abs_pct_error"]) == pytest.approx(theirs, abs=0.1), key
-    assert (entry["ours_in_sample_median_abs_pct_error"], entry["ours_in_sample_max_abs_pct_error"]) == pytest.approx(ours, abs=0.1), key
 
 
 def test_published_table_normalises_per_gpu_figures_and_names_its_source() -> None:
@@ -96,7 +79,7 @@ def _small_table() -> list[dict[str, str]]:
 def test_a_fold_never_sees_its_held_out_rows() -> None:
     """Held-out rows do not move their fold's constants, and a constant no training row informs stays at PRIOR
     (before: every fold started from the constants fitted on all rows, and the A100 fold kept their 16-bit compute)."""
-    module = _script()
+    module = script_module()
     rows = _small_table()
     folds = {f["value"]: f for f in module.cross_validate(rows, "gpu")}
     a100 = folds["a100-80gb"]
@@ -154,7 +137,7 @@ def test_a_row_may_name_its_own_kv_cache() -> None:
 def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report needs no AIConfigurator: its side-by-side comes from the recorded predictions."""
     monkeypatch.setenv("PATH", "/nonexistent")
-    module = _script()
+    module = script_module()
     assert module.main(["--backend", "tensorrt", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "plan_vs_published.json").read_text())
     part = report["backends"]["tensorrt"]
@@ -170,12 +153,12 @@ def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.
 
 def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     """Every recorded row names AIConfigurator's version, the command and the date (and, where it answered, its database),
-    and matches a published row; the 70B FP8 rows on H100 and H200, the L40S rows, the MoE rows and the rows of the GPUs
-    outside the fit are there."""
-    aic = _script("plan_vs_aiconfigurator")
+    and matches a published row; the 70B FP8 rows on H100 and H200, the L40S rows, the MoE rows, the rows of the GPUs
+    outside the fit and 0.20's runs are there."""
+    aic = script_module("plan_vs_aiconfigurator")
     recorded = aic.recorded_predictions()
     dep = {aic._key(r) for r in P.dep_rows()}
-    published = {aic._key(r) for r in published_rows() + P.more_model_rows() + P.more_gpu_rows()}
+    published = {aic._key(r) for r in published_rows() + P.more_model_rows() + P.more_gpu_rows() + P.earlier_release_rows()}
     assert recorded and set(recorded) <= published | dep and not published & dep  # a DEP row's key is its own
     for key, row in recorded.items():
         # a row AIConfigurator refused (its own OOM check) has no answer, so no database version that answered
@@ -198,12 +181,13 @@ def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
                for r in recorded.values() if r["model"] in {k[1] for k in dep} | {"mixtral-8x7b", "qwen3-30b-a3b"}
                and r["precision"] in ("FP8", "FP4"))
     assert {"gb200", "rtx-pro-6000"} <= {r["gpu"] for r in ok}  # the GPUs no fit sees
+    assert all(aic._key(r) in recorded for r in P.earlier_release_rows())  # 0.20's runs, each asked or shared with a later page
 
 
 def test_comparison_is_computed_from_the_recorded_table() -> None:
     """annotate() takes AIConfigurator's figure from the table (change the table, the comparison follows), and the
     per-GPU side by side is the median and worst of those errors."""
-    aic = _script("plan_vs_aiconfigurator")
+    aic = script_module("plan_vs_aiconfigurator")
     text = (Path(__file__).resolve().parents[3] / "pipeline" / "data" / aic.TABLE).read_text(encoding="utf-8")
     recorded = aic.recorded_predictions(text)
     key, entry = next((k, r) for k, r in recorded.items() if r["status"] == "ok")
@@ -290,7 +274,7 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     on the other; the shipped constant is the one fitted on both; the planner's MoE caveats quote these figures."""
     from pipeline.planner.published import accuracy_caveats
 
-    report = _script("plan_vs_more_models").more_models_report(fit=True)
+    report = script_module("plan_vs_more_models").more_models_report(fit=True)
     never = {(m["backend"], m["model"]): m["summary"] for m in report["never_fitted"]}
     assert set(never) == set(NEVER_FITTED)
     for key, figures in NEVER_FITTED.items():
@@ -302,7 +286,7 @@ def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     beside = {(m["model"], e["gpu"]): e for m in report["never_fitted"] for e in m["aiconfigurator"]}
     assert set(beside) == set(NEVER_FITTED_AIC)
     for key, (theirs, ours) in NEVER_FITTED_AIC.items():
-        _assert_beside(beside[key], theirs, ours, key)
+        assert_beside(beside[key], theirs, ours, key)
     moe = report["moe"]
     assert moe["moe_expert_compute"] == pytest.approx(efficiency_for("tensorrt").moe_expert_compute, abs=0.005)
     pooled = moe["cross_validated"]["model"]
@@ -382,7 +366,7 @@ def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
     """Each new GPU's rows with the PyTorch backend's shipped constants; `pipeline plan` quotes these figures for them."""
     from pipeline.planner.published import gpu_caveats
 
-    report = _script("plan_vs_more_models").more_gpus_report()
+    report = script_module("plan_vs_more_models").more_gpus_report()
     groups = {(g["gpu"], g["model"], g["trtllm_version"]): g for g in report["groups"]}
     assert set(groups) == set(MORE_GPUS)
     for key, (median, worst, aic) in MORE_GPUS.items():
@@ -473,7 +457,7 @@ DEP_AIC = {"b200": ((21.2, 56.4), (7.9, 44.5)), "gb200": ((9.6, 35.1), (5.0, 39.
 def test_dep_rows_are_what_the_caveat_quotes() -> None:
     from pipeline.planner.published import accuracy_caveats
 
-    report = _script("plan_vs_more_models").dep_report()
+    report = script_module("plan_vs_more_models").dep_report()
     groups = {(g["model"], g["gpu"], g["tp"]): g for g in report["groups"]}
     assert set(groups) == set(DEP)
     for key, (median, worst, timing) in DEP.items():
@@ -484,7 +468,7 @@ def test_dep_rows_are_what_the_caveat_quotes() -> None:
     per_gpu = {e["gpu"]: e for e in report["aiconfigurator"]["per_gpu"]}
     assert set(per_gpu) == set(DEP_AIC)
     for gpu, (theirs, ours) in DEP_AIC.items():
-        _assert_beside(per_gpu[gpu], theirs, ours, gpu)
+        assert_beside(per_gpu[gpu], theirs, ours, gpu)
     timed = report["timed_on_silicon"]
     assert (timed["median_abs_pct_error"], timed["max_abs_pct_error"]) == pytest.approx(DEP_TIMED, abs=0.1)
     carried = report["carried_over"]
