@@ -1,8 +1,8 @@
 """The PyTorch backend's shipped constants on an earlier release's published runs (pipeline/data/
 trtllm_published_throughput_0_20.tsv: TensorRT-LLM 0.20's rows of Llama 3.1 8B, Llama 3.3 70B and Llama 3.1 405B), which no
-fit sees. scripts/plan_vs_published.py calls it. Most of its rows run at TP degrees the fit never saw (70B at TP 2-8 on B200
-and H200, TP 1, 4 and 8 on H100; 405B at TP 8 on B200); the rest repeat a configuration (model, GPU, TP, precision) of the
-1.0 or 1.2-dev pages the fit reads, and say how far the two releases' own runs differ.
+fit sees. scripts/plan_vs_published.py calls it. About half its rows run at TP degrees the fit never saw (70B at TP 2-8 on
+B200, TP 4 and 8 on H200, TP 1, 4 and 8 on H100; 405B at TP 8 on B200); the rest repeat a configuration (model, GPU, TP,
+precision) of the 1.0 or 1.2-dev pages the fit reads, and say how far the two releases' own runs differ.
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ from typing import Any
 from pipeline import planner as P
 from pipeline.planner.published import bench_requests
 from plan_vs_aiconfigurator import annotate, side_by_side
+from plan_vs_more_models import mean_signed
 
 TABLE = "pipeline/data/trtllm_published_throughput_0_20.tsv"
 
 
 def _config(row: dict[str, Any]) -> tuple[str, str, int, str]:
     return row["model"], row["gpu"], int(row["tp"]), row["precision"]
-
-
-def _mean_signed(comparison: list[dict[str, Any]]) -> float:
-    return round(sum(r["error_pct"] for r in comparison) / len(comparison), 2)
 
 
 def earlier_release_report() -> dict[str, Any]:
@@ -45,7 +42,7 @@ def earlier_release_report() -> dict[str, Any]:
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates
         groups.append({"model": config[0], "gpu": config[1], "tp": config[2], "precision": config[3],
                        "fit_saw_config": config in fitted_configs, "summary": P.error_summary(group),
-                       "mean_signed_pct_error": _mean_signed(group),
+                       "mean_signed_pct_error": round(mean_signed(group), 2),
                        **({"published_over_later_page": [round(min(ratios), 3), round(statistics.median(ratios), 3),
                                                          round(max(ratios), 3)]} if ratios else {}),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group,
@@ -61,7 +58,7 @@ def earlier_release_report() -> dict[str, Any]:
 
 
 def _signed_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
-    return {**P.error_summary(comparison), "mean_signed_pct_error": _mean_signed(comparison)}
+    return {**P.error_summary(comparison), "mean_signed_pct_error": round(mean_signed(comparison), 2)}
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:

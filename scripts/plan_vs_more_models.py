@@ -92,7 +92,7 @@ def more_gpus_report() -> dict[str, Any]:
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
         groups.append({"backend": group[0]["backend"], "gpu": gpu, "model": model, "trtllm_version": version,
                        "summary": P.error_summary(group),
-                       "mean_signed_pct_error": round(_mean_signed(group), 2),
+                       "mean_signed_pct_error": round(mean_signed(group), 2),
                        **({"published_over_b200": [round(min(ratios), 2), round(max(ratios), 2)]} if ratios else {}),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     aic["per_gpu"] = side_by_side(rows)
@@ -118,7 +118,7 @@ def dep_report() -> dict[str, Any]:
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
         groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": bool(timing and not timing.donor),
                        "experts_carried_from": timing.donor if timing else None,
-                       "summary": P.error_summary(group), "mean_signed_pct_error": round(_mean_signed(group), 2),
+                       "summary": P.error_summary(group), "mean_signed_pct_error": round(mean_signed(group), 2),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     timed = [r for g in groups if g["experts_timed_on_silicon"] for r in g["rows"]]
     carried = [r for g in groups if g["experts_carried_from"] for r in g["rows"]]
@@ -128,7 +128,7 @@ def dep_report() -> dict[str, Any]:
             "groups": groups, "aiconfigurator": aic}
 
 
-def _mean_signed(comparison: list[dict[str, Any]]) -> float:
+def mean_signed(comparison: list[dict[str, Any]]) -> float:
     """The mean signed error %: which way a group of rows leans (fast +, slow -)."""
     return sum(r["error_pct"] for r in comparison) / len(comparison)
 
@@ -147,7 +147,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     moe, prefix = report["moe"], "models outside the fit:"
     lines = [f"{prefix} {m['backend']} {m['model']} (never fitted, {m['summary']['rows']} rows): median |error| "
              f"{m['summary']['median_abs_pct_error']:.1f}%, worst {m['summary']['max_abs_pct_error']:.1f}%, mean signed "
-             f"{_mean_signed(m['rows']):+.1f}%"
+             f"{mean_signed(m['rows']):+.1f}%"
              + (f"; experts at the dense rate instead of silicon's MoE timings: {m['as_dense']['median_abs_pct_error']:.1f}%, "
                 f"{m['as_dense']['max_abs_pct_error']:.1f}%" if "as_dense" in m else "") for m in report["never_fitted"]]
     lines += [f"{prefix} {m['backend']} {m['model']} on {entry['gpu']:12s} ({entry['rows']:2d} rows) AIConfigurator median/worst "

@@ -296,7 +296,7 @@ def gpu_caveats(gpu: str, backend: str, *, moe: bool = False) -> list[str]:
 
 
 # What NVIDIA's 0.20 runs say of PyTorch-backend predictions bound by TP's all-reduce, a regime no row of that backend's
-# fit is in (scripts/plan_vs_earlier_release.py; asserted against that report in tests/unit/planner/test_published.py).
+# fit is in (scripts/plan_vs_earlier_release.py; asserted against that report in tests/unit/planner/test_earlier_release.py).
 _PYTORCH_ALL_REDUCE = ("TP's all-reduce bounds this prediction, and no published run the PyTorch backend's constants were "
                        "fitted on is so bound; TensorRT-LLM 0.20's published runs that are (Llama 3.3 70B at TP 8 on B200, H100 "
                        "and H200, Llama 3.1 405B at TP 8 on B200; never fitted) came out 7.4% fast in the median, 15% at worst "
