@@ -19,7 +19,7 @@ from typing import Any
 
 from pipeline import planner as P
 from pipeline.planner.moe_timing import moe_key, moe_timing_for
-from plan_vs_aiconfigurator import _key, annotate, side_by_side
+from plan_vs_aiconfigurator import SYSTEMS as AIC_SYSTEMS, _key, annotate, side_by_side
 
 MOE_PREFIX = "mixtral"  # the rows that fit the engines' MoE constant; every other row is never fitted
 MOE_BOUNDS = (0.3, 1.0)  # a share of the dense rate; set before the fit, and no fold reaches either end (0.63-0.69)
@@ -77,7 +77,7 @@ def more_models_report(*, fit: bool = False, folds: bool = True) -> dict[str, An
 
 def more_gpus_report() -> dict[str, Any]:
     """The rows of GPUs no fit sees (pipeline/data/trtllm_published_throughput_more_gpus.tsv), each predicted with its
-    backend's shipped constants and the GPU's figures (pipeline/data/gpus_added.tsv): per GPU, model and page, and per GPU beside
+    backend's shipped constants and the GPU's figures (pipeline/data/gpus.json): per GPU, model and page, and per GPU beside
     AIConfigurator's recorded estimates. Where the same page published the same row on B200 (model, TP, precision,
     ISL/OSL), the ratio of the two published figures says how the runs on the new GPU compare with the ones the fit saw."""
     rows = P.compare_published(None, P.more_gpu_rows())
@@ -96,8 +96,9 @@ def more_gpus_report() -> dict[str, Any]:
                        **({"published_over_b200": [round(min(ratios), 2), round(max(ratios), 2)]} if ratios else {}),
                        **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
     aic["per_gpu"] = side_by_side(rows)
-    pooled = [{"gpu": gpu, "model": model, "summary": P.error_summary([r for r in rows if (r["gpu"], r["model"]) == (gpu, model)])}
-              for gpu, model in sorted({(r["gpu"], r["model"]) for r in rows})]  # both pages: what `pipeline plan` quotes
+    pooled = [{"backend": backend, "gpu": gpu, "model": model,  # every page of the backend: what `pipeline plan` quotes
+               "summary": P.error_summary([r for r in rows if (r["backend"], r["gpu"], r["model"]) == (backend, gpu, model)])}
+              for backend, gpu, model in sorted({(r["backend"], r["gpu"], r["model"]) for r in rows})]
     return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
             "summary": P.error_summary(rows), "groups": groups, "pooled": pooled, "aiconfigurator": aic}
 
@@ -171,7 +172,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{prefix_gpus} {g['backend']} {g['trtllm_version']:7s} {g['gpu']:12s} {g['model']:15s} (never fitted, "
                      f"{g['summary']['rows']:2d} rows): "
                      f"median |error| {g['summary']['median_abs_pct_error']:5.1f}%, worst {g['summary']['max_abs_pct_error']:5.1f}%, "
-                     f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; " + _aic_group(g, "refused every row"))
+                     f"mean signed {g['mean_signed_pct_error']:+.1f}%{versus}; "
+                     + _aic_group(g, "refused every row" if g["gpu"] in AIC_SYSTEMS else "has no system for this GPU"))
     lines += [_aic_per_gpu(prefix_gpus, entry) for entry in gpus["aiconfigurator"]["per_gpu"]]
     dep, prefix_dep = report["dep"], "DEP (attention data parallelism, experts over the same GPUs):"
     for g in dep["groups"]:

@@ -273,6 +273,14 @@ _GPU_OUTSIDE_FIT = {
                                   "Qwen3-30B-A3B) came out 5.3% and 6.5% off in the median, 28% and 17% at worst: prefill-bound "
                                   "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
                                   "(pipeline plan --calibrate)"),
+    ("tensorrt", "gh200"): ("{gpu}: no fit saw this GPU; NVIDIA's published TensorRT 0.17 engine rows on it (FP8, TP 1; never fitted) came "
+                            "out, for dense models (Llama 3.1 8B and 70B, Mistral 7B), 6.5% off in the median and 12% at worst, 21 of "
+                            "26 faster than planned, and Mixtral 8x7B 9.1% (21% worst); that page says its GH200 runs may have used "
+                            "the legacy gptManagerBenchmark harness. Planned as the 96 GB HBM3 GH200 those pages name (the 144 GB "
+                            "HBM3e one holds more KV cache): calibrate from your own bench (pipeline plan --calibrate)"),
+    ("pytorch", "gh200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it (TensorRT-LLM 0.21, Llama 3.1 "
+                           "8B FP8, TP 1; never fitted) came out 3.3% off in the median, 11% at worst. Planned as the 96 GB HBM3 "
+                           "GH200 that page names (the 144 GB HBM3e one holds more KV cache)"),
 }
 _GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 33% and 34%, mostly fast: those runs published as little as "
               "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "

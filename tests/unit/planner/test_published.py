@@ -332,6 +332,11 @@ MORE_GPUS = {
     ("rtx-pro-6000", "qwen3-30b-a3b", "1.0"): (6.1, 17.2, (9.0, 78.6)),
     ("rtx-pro-6000", "qwen3-30b-a3b", "1.2-dev"): (6.8, 10.8, (10.4, 26.1)),
     ("gb200", "gpt-oss-20b", "1.2-dev"): (30.8, 47.9, (54.4, 57.7)), ("gb200", "gpt-oss-120b", "1.2-dev"): (14.9, 25.3, (63.8, 75.9)),
+    # GH200 (in pipeline/data/gpus.json before these rows were added; AIConfigurator 0.12 has no GH200 system): 0.17's engines,
+    # 0.21's PyTorch backend
+    ("gh200", "llama-3.1-8b", "0.17"): (6.6, 9.6, None), ("gh200", "llama-3.1-70b", "0.17"): (6.2, 10.8, None),
+    ("gh200", "mistral-7b", "0.17"): (8.0, 11.7, None), ("gh200", "mixtral-8x7b", "0.17"): (9.1, 21.2, None),
+    ("gh200", "llama-3.1-8b", "0.21"): (3.3, 10.7, None),
 }
 
 
@@ -341,9 +346,19 @@ def test_more_gpus_table_names_its_source_and_no_fit_sees_it() -> None:
 
     rows = P.more_gpu_rows()
     added = {r["key"] for r in packaged_fact_rows("gpus_added.tsv")}
-    assert len(rows) == 91 and {r["gpu"] for r in rows} == added == {"gb200", "rtx-pro-6000"}
+    assert added == {"gb200", "rtx-pro-6000"} and len(rows) == 136 and {r["gpu"] for r in rows} == added | {"gh200"}
     fitted = [*published_rows(), *P.more_model_rows()]
-    assert not added & {r["gpu"] for r in fitted}  # no fit of either backend ever sees these GPUs
+    assert not {r["gpu"] for r in rows} & {r["gpu"] for r in fitted}  # no fit of either backend ever sees these GPUs
+    gh200 = [r for r in rows if r["gpu"] == "gh200"]
+    assert {(r["trtllm_version"], r["backend"]) for r in gh200} == {("0.17", "tensorrt"), ("0.21", "pytorch")}
+    same_line = {(r["model"], r["tp"], r["isl"], r["osl"]): r["line"] for r in fitted if (r["trtllm_version"], r["gpu"]) == ("0.17", "h200")}
+    for r in gh200:  # 0.17's GH200 column sits on the H200 column's lines; 0.21's 8B table starts at line 97, 1024/2048 left out
+        assert r["precision"] == "FP8" and r["tp"] == "1" and r["tokens_per_s"] == r["published_value"]
+        if r["trtllm_version"] == "0.17":
+            assert r["line"] == same_line[(r["model"], "1", r["isl"], r["osl"])] and r["commit"] == "258c7540c03517def55d9a5aadfa9288af474e1b"
+        else:
+            assert 97 <= int(r["line"]) <= 107 and r["commit"] == "v0.21.0" and r["isl"] != "1024"
+    rows = [r for r in rows if r["gpu"] != "gh200"]
     first_line = {  # each table's first row on its page: the GB200 column's, then the RTX PRO 6000 tables' one-GPU column
         ("1.0", "gb200"): {"llama-4-scout": 65, "llama-3.3-70b": 92, "qwen3-30b-a3b": 149, "llama-3.1-405b": 206},
         ("1.0", "rtx-pro-6000"): {"llama-3.3-70b": 106, "qwen3-30b-a3b": 163},
@@ -379,7 +394,7 @@ def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
             assert (theirs["aiconfigurator_median_abs_pct_error"], theirs["aiconfigurator_max_abs_pct_error"]) == pytest.approx(aic, abs=0.1)
     assert groups[("gb200", "qwen3-30b-a3b", "1.0")]["published_over_b200"] == [0.61, 1.09]  # GB200's MoE runs, against B200's
     assert all(r["error_pct"] > 0 for r in groups[("gb200", "qwen3-30b-a3b", "1.0")]["rows"])
-    pooled = {(p["gpu"], p["model"]): p["summary"] for p in report["pooled"]}  # both pages: what the caveats quote
+    pooled = {(p["gpu"], p["model"]): p["summary"] for p in report["pooled"] if p["backend"] == "pytorch"}  # what the caveats quote
 
     def quoted(gpu: str, *models: str) -> tuple[str, str]:
         s = [pooled[(gpu, m)] for m in models]
@@ -402,6 +417,17 @@ def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
     unchecked, = gpu_caveats("b200", "tensorrt")  # 0.17's engine pages have no B200 column
     assert "no figure NVIDIA published for TensorRT engines on this GPU" in unchecked
     assert gpu_caveats("l4", "pytorch")[0].startswith("l4: no figure NVIDIA published for the PyTorch backend")
+    engines = [r for g in report["groups"] if (g["gpu"], g["backend"]) == ("gh200", "tensorrt") for r in g["rows"]]
+    dense = P.error_summary([r for r in engines if r["model"] != "mixtral-8x7b"])
+    faster = sum(1 for r in engines if r["model"] != "mixtral-8x7b" and r["error_pct"] < 0)
+    mixtral = groups[("gh200", "mixtral-8x7b", "0.17")]["summary"]
+    gh200_engines, = gpu_caveats("gh200", "tensorrt")
+    assert (f"{dense['median_abs_pct_error']:.1f}% off in the median and {dense['max_abs_pct_error']:.0f}% at worst, {faster} of "
+            f"{dense['rows']} faster than planned, and Mixtral 8x7B {mixtral['median_abs_pct_error']:.1f}% "
+            f"({mixtral['max_abs_pct_error']:.0f}% worst)") in gh200_engines
+    pytorch = groups[("gh200", "llama-3.1-8b", "0.21")]["summary"]
+    gh200_pytorch, = gpu_caveats("gh200", "pytorch")
+    assert f"{pytorch['median_abs_pct_error']:.1f}% off in the median, {pytorch['max_abs_pct_error']:.0f}% at worst" in gh200_pytorch
 
 
 def test_plan_and_search_carry_the_moe_caveat(tmp_path: Path) -> None:
