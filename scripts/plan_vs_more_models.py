@@ -99,7 +99,7 @@ def more_gpus_report() -> dict[str, Any]:
     pooled = [{"backend": backend, "gpu": gpu, "model": model,  # every page of the backend: what `pipeline plan` quotes
                "summary": P.error_summary([r for r in rows if (r["backend"], r["gpu"], r["model"]) == (backend, gpu, model)])}
               for backend, gpu, model in sorted({(r["backend"], r["gpu"], r["model"]) for r in rows})]
-    return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus_added.tsv",
+    return {"table": "pipeline/data/trtllm_published_throughput_more_gpus.tsv", "gpus": "pipeline/data/gpus.json",
             "summary": P.error_summary(rows), "groups": groups, "pooled": pooled, "aiconfigurator": aic}
 
 
