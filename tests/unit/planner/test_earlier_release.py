@@ -45,6 +45,12 @@ POOLED = {
 }
 
 
+@pytest.fixture(scope="module")
+def report() -> dict:
+    """scripts/plan_vs_earlier_release.py's report, computed once for the tests that read it."""
+    return script_module("plan_vs_earlier_release").earlier_release_report()
+
+
 def test_table_names_its_release_and_no_fit_sees_it() -> None:
     rows = P.earlier_release_rows()
     assert len(rows) == 167 and {r["trtllm_version"] for r in rows} == {"0.20"} and {r["backend"] for r in rows} == {"pytorch"}
@@ -62,8 +68,7 @@ def test_table_names_its_release_and_no_fit_sees_it() -> None:
     assert bench_requests("0.20", 1024, 2048) is None and sum(1 for r in rows if r["isl"] == "1024") == 18
 
 
-def test_earlier_release_is_what_the_readme_quotes() -> None:
-    report = script_module("plan_vs_earlier_release").earlier_release_report()
+def test_earlier_release_is_what_the_readme_quotes(report: dict) -> None:
     groups = {(g["model"], g["gpu"], g["tp"], g["precision"]): g for g in report["groups"]}
     assert set(groups) == set(GROUPS)
     for key, (median, worst, signed, saw, aic) in GROUPS.items():
@@ -86,18 +91,18 @@ def test_earlier_release_is_what_the_readme_quotes() -> None:
     assert not any(r["bound"] == "TP all-reduce" for r in P.compare_published(None, published_rows("pytorch")))
 
 
-def test_plan_quotes_the_all_reduce_caveat(tmp_path: Path) -> None:
+def test_plan_quotes_the_all_reduce_caveat(tmp_path: Path, report: dict) -> None:
     """`pipeline plan` of a PyTorch-backend build bound by TP's all-reduce says how 0.20's runs so bound fared; one bound
     by something else, or an engine, gets no such caveat."""
     from pipeline.planner.entry import PlanSpec, plan
 
-    report = script_module("plan_vs_earlier_release").earlier_release_report()["all_reduce_bound"]
+    bound_rows = report["all_reduce_bound"]
     raw = json.loads((Path(P.__file__).parents[1] / "data" / "published_models" / "llama-3.3-70b.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(raw))
     bound = plan(PlanSpec(model=tmp_path, gpu="h100", quant="fp8", tp=8, backend="pytorch", isl=128, osl=2048))
     assert bound.max_throughput.bound == "TP all-reduce"
     caveat, = bound.caveats
-    assert f"came out {report['median_abs_pct_error']:.1f}% fast in the median, {report['max_abs_pct_error']:.0f}% at worst" in caveat
+    assert f"came out {bound_rows['median_abs_pct_error']:.1f}% fast in the median, {bound_rows['max_abs_pct_error']:.0f}% at worst" in caveat
     configs = POOLED["configs_the_fit_saw"]
     assert f"{configs[3]:+.1f}% on average" in caveat
     assert plan(PlanSpec(model=tmp_path, gpu="h100", quant="fp8", tp=8, backend="tensorrt", isl=128, osl=2048)).caveats == []
@@ -105,8 +110,7 @@ def test_plan_quotes_the_all_reduce_caveat(tmp_path: Path) -> None:
     assert unbound.max_throughput.bound != "TP all-reduce" and unbound.caveats == []
 
 
-def test_aiconfigurator_beside_every_gpu() -> None:
-    report = script_module("plan_vs_earlier_release").earlier_release_report()
+def test_aiconfigurator_beside_every_gpu(report: dict) -> None:
     per_gpu = {e["gpu"]: e for e in report["aiconfigurator"]["per_gpu"]}
     assert set(per_gpu) == set(AIC)
     for gpu, (theirs, ours) in AIC.items():
