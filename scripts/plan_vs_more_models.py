@@ -29,7 +29,8 @@ def fit_moe(rows: list[dict[str, str]], base: P.Efficiency) -> P.Efficiency:
     """`base` with moe_expert_compute fitted on `rows` (bounded scalar minimisation of the squared log ratios)."""
     from scipy.optimize import minimize_scalar
 
-    best = minimize_scalar(lambda share: P.log_loss(rows, replace(base, moe_expert_compute=share)), bounds=MOE_BOUNDS,
+    row_loss = P.loss_over(rows)
+    best = minimize_scalar(lambda share: row_loss(replace(base, moe_expert_compute=share)), bounds=MOE_BOUNDS,
                            method="bounded", options={"xatol": 1e-4})
     return replace(base, moe_expert_compute=round(float(best.x), 3))
 

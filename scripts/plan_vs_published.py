@@ -97,12 +97,14 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     pytorch = _all_pytorch(rows)
     overhead_cap = 500 if pytorch else ENGINE_OVERHEAD_CAP_US
 
+    row_loss = P.loss_over(rows)
+
     def loss(z) -> float:
         x = full(z)
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
                 and 0.1 < x[5] <= 1):
             return 1e9
-        return P.log_loss(rows, replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
+        return row_loss(replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
                                       step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5]))
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The

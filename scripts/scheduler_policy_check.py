@@ -38,7 +38,8 @@ from pipeline.planner import published as P  # noqa: E402
 from pipeline.planner.memory import TOKENS_PER_BLOCK, fitting_memory  # noqa: E402
 from pipeline.planner.rates import Efficiency, efficiency_for  # noqa: E402
 from pipeline.planner.scenario import Scenario  # noqa: E402
-from pipeline.planner.timing import StepLoad, max_throughput, runtime_batch_size, step_time  # noqa: E402
+from pipeline.planner.step import StepLoad, step_time  # noqa: E402
+from pipeline.planner.timing import max_throughput, runtime_batch_size  # noqa: E402
 
 @dataclass
 class Request:

@@ -21,7 +21,8 @@ from pipeline.planner.scenario import Goal, Scenario, stored_precision
 from pipeline.planner.shapes import ModelSpec, check_attention_dp_backend, model_spec_from_config
 from pipeline.planner.slo import backend_efficiency, backend_limits, backend_refusal, engine_flow_refusal
 from pipeline.planner.speculation import SpeculationModel, SpeculationPlan, speculation_plan
-from pipeline.planner.timing import Prediction, ThroughputEstimate, kv_fraction, max_throughput, predict
+from pipeline.planner.step import kv_fraction
+from pipeline.planner.timing import Prediction, ThroughputEstimate, max_throughput, predict
 
 
 class SpeculationInput(BaseModel):

@@ -38,7 +38,7 @@ _GROUP_RATIO = 1.25
 
 @dataclass(frozen=True)
 class IterationGroup:
-    """`iterations` iterations of the run with these mean loads (as timing.StepLoad has them)."""
+    """`iterations` iterations of the run with these mean loads (as step.StepLoad has them)."""
 
     iterations: int
     decode: float

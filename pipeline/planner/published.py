@@ -7,15 +7,15 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.core.errors import InvalidInputError
 from pipeline.data import packaged_fact_rows
-from pipeline.planner.rates import Efficiency, efficiency_for
+from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend_build, round_up, tokens_for
 from pipeline.planner.scenario import Scenario, as_gpu
 from pipeline.planner.shapes import ModelSpec, model_spec_from_dict
-from pipeline.planner.timing import ThroughputEstimate, max_throughput
+from pipeline.planner.timing import ThroughputEstimate, ThroughputRun, throughput_estimate, throughput_run
 
 # FP8 and FP4 rows: NVIDIA's FP8/NVFP4 checkpoints with an FP8 KV cache (the rows say so: refitted with a 16-bit cache,
 # each backend's loss grows 16-20x; scripts/plan_vs_published.py --kv-check); FP16/BF16: a 16-bit KV cache. MXFP4 rows (GPT-OSS):
@@ -165,8 +165,23 @@ def trtllm_bench_throughput(
 ) -> ThroughputEstimate:
     """What `trtllm-bench throughput` should report for this scenario's ISL/OSL, with trtllm-bench's own limits, for a
     dataset of `requests` requests (None: steady state)."""
+    return throughput_estimate(_bench_run(scenario, backend, requests), efficiency or EFFICIENCY)
+
+
+def _bench_run(scenario: Scenario, backend: str, requests: int | None) -> ThroughputRun:
     recommend_build(scenario, "throughput")  # refuses, naming what fits, when not one ISL+OSL sequence fits
-    return max_throughput(scenario, build=trtllm_bench_limits(scenario, backend), efficiency=efficiency, requests=requests)
+    return throughput_run(scenario, trtllm_bench_limits(scenario, backend), requests)
+
+
+def _row_run(row: dict[str, str], model: ModelSpec | None = None) -> ThroughputRun:
+    """A published row's run as trtllm-bench gave it (its page's request count, where the page names one)."""
+    scenario = published_scenario(model or published_model(row["model"]), row)
+    requests = bench_requests(str(row.get("trtllm_version", "")), int(row["isl"]), int(row["osl"]))
+    return _bench_run(scenario, row.get("backend") or "tensorrt", requests)
+
+
+def _error_pct(predicted: float, published: float) -> float:
+    return round(100 * (predicted - published) / published, 2)
 
 
 def compare_published(
@@ -176,18 +191,16 @@ def compare_published(
     model None: each row's own model (its `model` column); efficiency None: the row's backend's constants."""
     out = []
     for row in rows:
-        spec = model or published_model(row["model"])
+        run = _row_run(row, model)
         backend = row.get("backend") or "tensorrt"
-        estimate = trtllm_bench_throughput(published_scenario(spec, row), efficiency=efficiency or efficiency_for(backend),
-                                           backend=backend,
-                                           requests=bench_requests(str(row.get("trtllm_version", "")), int(row["isl"]), int(row["osl"])))
+        estimate = throughput_estimate(run, efficiency or efficiency_for(backend))
         published = float(row["tokens_per_s"])
         out.append({
-            "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": spec.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
+            "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": run.scenario.model.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
             **({"attention_dp": True} if is_dep_row(row) else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
-            "error_pct": round(100 * (estimate.output_tokens_per_s - published) / published, 2),
+            "error_pct": _error_pct(estimate.output_tokens_per_s, published),
             "batch": estimate.batch, "bound": estimate.bound,
         })
     return out
@@ -326,7 +339,19 @@ def error_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
 def log_loss(rows: list[dict[str, str]], efficiency: Efficiency) -> float:
     """Sum of squared log ratios of predicted to published: a relative error that treats over- and under-prediction
     alike (what the fits of scripts/plan_vs_published.py and scripts/plan_vs_more_models.py minimise)."""
-    return comparison_log_loss(compare_published(None, rows, efficiency=efficiency))
+    return loss_over(rows)(efficiency)
+
+
+def loss_over(rows: list[dict[str, str]]) -> Callable[[Efficiency], float]:
+    """log_loss over these rows as a function of the constants alone, for a fit to evaluate hundreds of times: each row's
+    run is laid out once, and each iteration's work once per structure of the constants (planner.step.StepWork), so an
+    evaluation redoes only the arithmetic the constants enter. The same figures as compare_published's, to the bit."""
+    runs = [(_row_run(row), float(row["tokens_per_s"])) for row in rows]
+
+    def loss(efficiency: Efficiency) -> float:
+        return sum(math.log(1 + _error_pct(round(run.tokens_per_s(run.mean_step(efficiency)), 2), published) / 100) ** 2
+                   for run, published in runs)
+    return loss
 
 
 def comparison_log_loss(comparison: list[dict[str, Any]]) -> float:

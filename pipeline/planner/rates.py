@@ -51,6 +51,11 @@ class Efficiency:
             return self.compute_8bit if self.gemm_rate_measured else self.compute_8bit * fp4_share_of_fp8()
         return self.compute_8bit
 
+    @property
+    def structure(self) -> tuple[bool, ...]:
+        """What decides which figures an iteration is timed from (planner.step.StepWork), not how fast they run."""
+        return self.kv_bandwidth_measured, self.gemm_rate_measured, self.moe_measured, self.sliding_windows
+
     def as_dict(self) -> dict[str, float | str | None]:
         return {
             "bandwidth_efficiency": self.bandwidth,

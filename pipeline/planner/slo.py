@@ -28,7 +28,8 @@ from pipeline.planner.memory import DEFAULT_KV_FRACTION
 from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.scenario import Scenario
 from pipeline.planner.shapes import ModelSpec
-from pipeline.planner.timing import StepLoad, predict, step_time
+from pipeline.planner.step import StepLoad, step_time
+from pipeline.planner.timing import predict
 
 SLO_KEYS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
 SLO_HINT = f"Use KEY=MS[,KEY=MS...] with KEY one of {', '.join(SLO_KEYS)}; e.g. --slo ttft_p99_ms=500,tpot_p99_ms=40."

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.planner.scenario import Scenario
-from pipeline.planner.timing import StepLoad, step_time, steady_load
+from pipeline.planner.step import StepLoad, step_time, steady_load
 
 
 @dataclass(frozen=True)

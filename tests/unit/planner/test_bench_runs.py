@@ -10,7 +10,8 @@ import pytest
 from pipeline import planner as P
 from pipeline.planner.published import published_rows, published_scenario, trtllm_bench_limits
 from pipeline.planner.rates import EFFICIENCY
-from pipeline.planner.timing import StepLoad, iteration_mix, mean_step, tuned_batch_size
+from pipeline.planner.step import StepLoad, iteration_mix, mean_step
+from pipeline.planner.timing import tuned_batch_size
 
 
 def _scenario(model: str, gpu: str, tp: int, precision: str, isl: int, osl: int):
@@ -65,7 +66,7 @@ def test_each_decoding_sequence_adds_its_cost_per_layer() -> None:
 
 
 def test_gemm_time_is_the_larger_bound_or_the_p_norm_of_both() -> None:
-    from pipeline.planner.timing import gemm_roofline_s
+    from pipeline.planner.step import gemm_roofline_s
 
     assert gemm_roofline_s(3.0, 4.0, None) == 4.0
     assert gemm_roofline_s(3.0, 4.0, 2.0) == pytest.approx(5.0)

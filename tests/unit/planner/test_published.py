@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from pipeline import planner as P
 from pipeline.planner.published import published_rows
 from pipeline.planner.rates import PRIOR, efficiency_for, fp4_share_of_fp8
+from pipeline.planner.step import StepLoad, step_work
 from planner_cases import assert_beside, script_module
 
 # README, "Capacity and latency planning", quotes these cross-validated figures (median, worst |error| %, pooled
@@ -76,6 +78,22 @@ def _small_table() -> list[dict[str, str]]:
     return [r for r in published_rows("tensorrt") if r["model"] == "llama-3.1-8b" and r["gpu"] in ("a100-80gb", "h200")]
 
 
+def test_the_fits_loss_is_the_comparisons_to_the_bit() -> None:
+    """loss_over lays each row's run out once and, per structure of the constants, each iteration's work once; for any
+    constants, either structure, and in any order, it equals the loss of compare_published's rows exactly. A work laid
+    out for one structure refuses constants of another."""
+    rows = _small_table() + published_rows("pytorch")[:6] + P.more_model_rows("mixtral")[:3]
+    loss = P.loss_over(rows)
+    engines, pytorch = efficiency_for("tensorrt"), efficiency_for("pytorch")
+    for eff in (engines, pytorch, replace(engines, bandwidth=0.5, compute_8bit=0.7, moe_expert_compute=0.6), PRIOR, engines):
+        assert loss(eff) == P.comparison_log_loss(P.compare_published(None, rows, efficiency=eff))
+    scenario = P.published_scenario(P.published_model("llama-3.1-8b"), rows[0])
+    work = step_work(scenario, StepLoad(decode=8, decode_context=512, prefill_tokens=0, prefill_context=0), engines)
+    assert work.time(engines) == P.step_time(scenario, StepLoad(8, 512, 0, 0), engines)
+    with pytest.raises(ValueError, match="another structure"):
+        work.time(pytorch)
+
+
 def test_a_fold_never_sees_its_held_out_rows() -> None:
     """Held-out rows do not move their fold's constants, and a constant no training row informs stays at PRIOR
     (before: every fold started from the constants fitted on all rows, and the A100 fold kept their 16-bit compute)."""
@@ -99,7 +117,7 @@ def test_a_fold_never_sees_its_held_out_rows() -> None:
 @pytest.mark.slow
 def test_cross_validated_error_is_what_the_readme_quotes() -> None:
     """Every fold (each GPU, then each model, held out whole) on both backends; the pooled figures are the README's.
-    The four cross-validations are independent: two fresh processes run them (a minute of fitting in one; spawned, not
+    The four cross-validations are independent: two fresh processes run them (a minute of fitting in all; spawned, not
     forked, as this process may hold other tests' threads)."""
     cases = list(CV_QUOTED)
     results = _in_two_processes("pooled_cross_validation", *zip(*cases))

@@ -11,7 +11,7 @@ import pytest
 from pipeline.planner import Scenario, step_time
 from pipeline.planner.speculation import (SpeculationModel, break_even, recommend_speculation, speculation_curve,
                                           speculation_point, tokens_per_step)
-from pipeline.planner.timing import steady_load
+from pipeline.planner.step import steady_load
 
 LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama-3.1-8b"
 CONCURRENCIES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]

@@ -136,7 +136,7 @@ def test_a_moe_decode_reads_only_the_experts_its_tokens_reach() -> None:
 
 
 def test_the_roofline_knee_describes_nvidias_silicon_gemms_better_than_the_larger_bound() -> None:
-    """The engines' GEMM time is the 2-norm of weight-read and math time (timing.gemm_roofline_s). NVIDIA's measured GEMM
+    """The engines' GEMM time is the 2-norm of weight-read and math time (step.gemm_roofline_s). NVIDIA's measured GEMM
     latencies (data/trtllm_gemm_rate.tsv, from AIConfigurator's gemm_perf.parquet: the median over dense-layer shapes of
     latency / roofline, M 8 to 8192) say the same without any published row: on every GPU and dtype the 2-norm is nearer
     on average over M (mean |log ratio|); the larger bound misses by up to 1.80x near the ridge (A100 INT8 SmoothQuant at
