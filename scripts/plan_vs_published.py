@@ -21,7 +21,9 @@ model and by GPU with --cv) and the GPUs outside it (pipeline/data/trtllm_publis
 RTX PRO 6000, never fitted) and the MoE runs with attention data parallelism (pipeline/data/
 trtllm_published_throughput_dep.tsv, never fitted): scripts/plan_vs_more_models.py. And the PyTorch backend's constants on an
 earlier release's runs (pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20's dense Llama rows, most at TP degrees the fit
-never saw; never fitted): scripts/plan_vs_earlier_release.py.
+never saw; never fitted): scripts/plan_vs_earlier_release.py. And the closed-loop prediction the SLO search uses (TTFT,
+TPOT, tokens/s at a concurrency) against NVIDIA's published NIM serving runs (pipeline/data/nim_published_serving.tsv;
+never fitted): scripts/plan_vs_nim.py.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate,
 from plan_vs_earlier_release import earlier_release_report, plot_panel as earlier_release_panel  # noqa: E402
 from plan_vs_earlier_release import report_lines as earlier_release_lines  # noqa: E402
 from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
+from plan_vs_nim import nim_report, plot as plot_nim, report_lines as nim_lines  # noqa: E402
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
 _SIXTEEN_BIT = {"FP16", "BF16"}
@@ -340,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     # both backends' constants on the models outside the fit, whichever backend was asked (scripts/plan_vs_more_models.py)
     report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
     report["earlier_release"] = earlier_release_report()
-    for line in [*report_lines(report["more_models"]), *earlier_release_lines(report["earlier_release"])]:
+    report["nim_serving"] = nim_report()
+    for line in [*report_lines(report["more_models"]), *earlier_release_lines(report["earlier_release"]),
+                 *nim_lines(report["nim_serving"])]:
         OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
@@ -354,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     panels.update(earlier_release_panel(report["earlier_release"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
-    OUT.info(f"wrote {out / 'plan_vs_published.json'}, plan_vs_published_folds.csv, plan_vs_published.png and "
-             "plan_vs_aiconfigurator.csv/.png")
+    plot_nim(report["nim_serving"], out / "plan_vs_nim.png")
+    OUT.info(f"wrote {out / 'plan_vs_published.json'}, plan_vs_published_folds.csv, plan_vs_published.png, "
+             "plan_vs_aiconfigurator.csv/.png and plan_vs_nim.png")
     return 0
 
 

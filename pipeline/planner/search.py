@@ -23,7 +23,7 @@ from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.memory import memory_plan
 from pipeline.planner.prices import Price
-from pipeline.planner.published import accuracy_caveats, gpu_caveats
+from pipeline.planner.published import accuracy_caveats, gpu_caveats, slo_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario, stored_precision
@@ -282,7 +282,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
            if any(dep for _, dep in layouts) and set(spec.gpus) - {"cpu"} else [])
         + [c for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))
-           for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))],
+           for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
+        + slo_caveats(set(spec.slo.bounds), set(spec.gpus)),
     )
 
 

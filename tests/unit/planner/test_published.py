@@ -165,7 +165,8 @@ def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.
     assert {e["gpu"] for e in aic["per_gpu"]} >= {"h100-sxm", "h200"}
     assert (tmp_path / "plan_vs_published_folds.csv").read_text().startswith("backend,held_out,value")
     assert (tmp_path / "plan_vs_aiconfigurator.csv").read_text().startswith("backend,gpu,rows,aiconfigurator_median_abs_pct_error")
-    for png in ("plan_vs_published.png", "plan_vs_aiconfigurator.png"):
+    assert report["nim_serving"]["table"] == "pipeline/data/nim_published_serving.tsv"
+    for png in ("plan_vs_published.png", "plan_vs_aiconfigurator.png", "plan_vs_nim.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
