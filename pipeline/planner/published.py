@@ -332,11 +332,11 @@ def bound_caveats(backend: str, bound: str | None) -> list[str]:
 
 # What NVIDIA's published NIM serving runs say of a TTFT p50 bound (scripts/plan_vs_nim.py; asserted against that report in
 # tests/unit/planner/test_nim_serving.py).
-_TTFT_P50 = ("a ttft_p50_ms bound is checked against the predicted p50 TTFT, which stays near one prompt's prefill until the "
-             "batch is full; NVIDIA's published NIM serving runs of a TensorRT-LLM engine (Llama 3.3 70B FP8 on 2x H100, "
-             "5000/500 at 5-50 clients; never fitted) measured mean TTFTs of 1.4-2.0x that prediction, while their TPOT and "
-             "tokens/s came within 3.2% and 4.6% of it: bound TTFT with ttft_p99_ms (its prediction covered every published "
-             "mean TTFT of more than one client), or calibrate from your own bench (pipeline plan --calibrate)")
+_TTFT_P50 = ("a ttft_p50_ms bound is checked against the predicted p50 TTFT (one prompt's prefill and its wait behind the "
+             "other clients' prompts); NVIDIA's published NIM serving runs of a TensorRT-LLM engine (Llama 3.3 70B FP8 on 2x "
+             "H100, 5000/500 at 5-50 clients; never fitted) measured mean TTFTs of 1.2-1.3x that prediction, while their TPOT "
+             "and tokens/s came within 3.2% and 4.3% of it: bound TTFT with ttft_p99_ms (its prediction covered every "
+             "published mean TTFT of more than one client), or calibrate from your own bench (pipeline plan --calibrate)")
 
 
 def slo_caveats(slo_keys: set[str], gpus: set[str]) -> list[str]:

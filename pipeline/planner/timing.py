@@ -4,6 +4,7 @@ alone (prefill_time), an offline max-load run as the scheduler serves it (max_th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,11 +105,13 @@ def predict(
     ranks = scenario.ranks
     clients = concurrency / ranks  # per GPU that schedules apart
     batch = min(clients, _sustainable_batch(memory, build, isl, osl))
-    ttft = prefill_time(scenario, build["max_num_tokens"], eff)
+    prefill_s = prefill_time(scenario, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
     step = mean_step(scenario, iteration_mix(scenario, batch, (batch - 1) * isl / osl, build), eff).total_s
+    ttft = prefill_s
     if batch > 1:
         ttft += step / 2  # a new request waits on average half an iteration to join the batch
+        ttft += prefill_wait_s(prefill_s, batch - 1, step / 2 + (osl - 1) * step)
     latency = ttft + (osl - 1) * step
     throughput = batch * osl / latency
     if clients > batch:  # the rest queue (Little's law): each waits for clients - batch requests to finish
@@ -123,6 +126,25 @@ def predict(
         output_tokens_per_s_per_user=round(osl / latency, 3),
         request_latency_s=round(latency, 4),
     )
+
+
+def prefill_wait_s(prefill_s: float, others: float, rest_s: float) -> float:
+    """Mean wait of a prompt behind other clients' prompts still in their prefill. The scheduler gives context tokens to
+    the requests in arrival order, so prompts go through the prefill one after another; the `others` clients send theirs
+    once per cycle (its prefill, its wait, then `rest_s`: joining the batch and decoding). The M/D/1 queue's mean wait,
+    rho x prefill / 2(1 - rho), at the rate that wait leaves the closed loop: the root of a decreasing map, bisected."""
+    if others <= 0 or prefill_s <= 0:
+        return 0.0
+
+    def excess(wait: float) -> float:  # the wait guessed minus the wait it implies
+        rho = others * prefill_s / (prefill_s + wait + rest_s)
+        return wait - rho * prefill_s / (2 * (1 - rho)) if rho < 1 else -math.inf
+
+    low, high = 0.0, others * prefill_s  # every other prompt ahead: rho < 1 there, and the wait it implies is less
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess(middle) < 0 else (low, middle)
+    return high
 
 
 class ThroughputEstimate(BaseModel):

@@ -217,3 +217,24 @@ def test_sliding_window_layers_read_and_attend_only_their_window_on_the_pytorch_
     from pipeline.planner.published import published_model, published_rows
 
     assert not any(published_model(m).sliding_windows for m in {r["model"] for r in published_rows("pytorch")})
+
+
+def test_a_prompt_waits_behind_the_other_clients_prompts_in_prefill(llama8b: P.ModelSpec) -> None:
+    """The p50 TTFT adds the M/D/1 wait behind other clients' prompts (timing.prefill_wait_s): none for one client,
+    growing with the clients, at the rate the closed loop itself leaves (the wait is the fixed point it solves)."""
+    from pipeline.planner.timing import prefill_wait_s
+
+    assert prefill_wait_s(0.4, 0, 10.0) == 0.0
+    waits = [prefill_wait_s(0.4, others, 10.0) for others in (1, 4, 24, 49)]
+    assert waits == sorted(waits) and 0 < waits[0] < 0.01
+    for others, wait in zip((1, 4, 24, 49), waits):
+        rho = others * 0.4 / (0.4 + wait + 10.0)
+        assert wait == pytest.approx(rho * 0.4 / (2 * (1 - rho)), rel=1e-6)
+    saturated = prefill_wait_s(0.4, 200, 10.0)  # 200 prompts a cycle need 80 s of prefill: the loop slows to fit them
+    assert 200 * 0.4 <= 0.4 + saturated + 10.0 < 200 * 0.4 * 1.01
+    scenario = P.Scenario(llama8b, "h100", "fp8", "fp8", 1, 4000, 400)
+    alone = P.prefill_time(scenario, 8192)
+    build = {"max_batch_size": 256, "max_num_tokens": 8192, "kv_cache_free_gpu_mem_fraction": 0.9}
+    one, many = (P.predict(scenario, c, build=build) for c in (1, 64))
+    assert one.ttft_ms == pytest.approx(alone * 1e3, rel=1e-3)
+    assert many.ttft_ms > alone * 1e3 + many.tpot_ms / 2 * 1.01
