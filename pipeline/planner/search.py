@@ -273,6 +273,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
             best[c.gpu] = c
     order = sorted(best.values(), key=lambda c: (c.usd_per_million_output_tokens is None,
                                                  c.usd_per_million_output_tokens or 0, -c.tokens_per_s_per_gpu))
+    uncalibrated = [gpu for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))]
     return SearchResult(
         model=model.name, slo=spec.slo.bounds, isl=spec.isl, osl=spec.osl, rate=spec.rate, backend=spec.backend,
         best_per_gpu=order, pareto=pareto_front(feasible), candidates=count, feasible=len(feasible),
@@ -281,9 +282,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
         + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
            if any(dep for _, dep in layouts) and set(spec.gpus) - {"cpu"} else [])
-        + [c for gpu in spec.gpus if not (calibration and calibration.matches(gpu, spec.backend))
-           for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
-        + slo_caveats(set(spec.slo.bounds), set(spec.gpus)),
+        + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
+        + slo_caveats(set(spec.slo.bounds), set(uncalibrated)),
     )
 
 

@@ -113,6 +113,9 @@ def test_calibration_finds_the_factor_and_its_prediction_holds_at_another_isl(tm
     calibrated = search(_spec("tpot_p99_ms=60", gpus=("h100",), quants=("fp8",), tps=(1,)), load_prices(), cal)
     best = calibrated.best_per_gpu[0]
     assert best.interval and best.interval["tpot_p99_ms"][0] <= best.latency.tpot_p99_ms <= best.interval["tpot_p99_ms"][1]
+    # calibrated from the deployment's own bench, a TTFT p50 bound no longer needs the published serving runs' caveat
+    p50 = search(_spec("ttft_p50_ms=800,tpot_p99_ms=60", gpus=("h100",), quants=("fp8",), tps=(1,)), load_prices(), cal)
+    assert not any(c.startswith("a ttft_p50_ms bound") for c in p50.caveats)
 
 
 def test_calibration_separates_a_fixed_cost_from_a_proportional_one(tmp_path: Path) -> None:
