@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from pipeline.core.artifacts import write_json_atomic  # noqa: E402
+from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.planner.moe_timing import held_out_errors  # noqa: E402
 
 
@@ -47,10 +48,7 @@ def plot(rows: list[dict[str, float | int | str]], path: Path) -> None:
     ax.set_title("MoE layer time carried over from another GPU, each shape held out", fontsize=10)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    tmp.replace(path)
-    plt.close(fig)
+    write_figure_atomic(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ concurrency exceeds the build's batch queues (TTFT grows with the queue); the fi
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import planner as P  # noqa: E402
 from pipeline.core.artifacts import write_json_atomic  # noqa: E402
+from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.data import packaged_fact_rows  # noqa: E402
 from pipeline.planner.recommend import recommend  # noqa: E402
@@ -134,10 +134,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle("pipeline plan vs NVIDIA NIM's published serving: Llama 3.3 70B FP8, 2x H100 (TP 2), 5000/500", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    write_figure_atomic(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:

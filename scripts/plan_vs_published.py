@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from pipeline import planner as P  # noqa: E402
 from pipeline.core.artifacts import write_json_atomic  # noqa: E402
+from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.output import OUT, simple_table  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
@@ -195,10 +196,7 @@ def plot(panels: dict[str, list[dict[str, Any]]], path: Path, title: str) -> Non
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    write_figure_atomic(fig, path, dpi=110)
 
 
 def write_folds_csv(report: dict[str, Any], path: Path) -> None:
@@ -243,10 +241,7 @@ def write_side_by_side(report: dict[str, Any], csv_path: Path, png_path: Path) -
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp_png = png_path.with_name(f".{png_path.name}.tmp.png")
-    fig.savefig(tmp_png, dpi=110)
-    plt.close(fig)
-    os.replace(tmp_png, png_path)
+    write_figure_atomic(fig, png_path, dpi=110)
 
 
 def _row_id(row: dict[str, Any]) -> tuple[str, ...]:
