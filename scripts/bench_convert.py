@@ -166,6 +166,8 @@ def _plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pipeline.core.figures import write_figure_atomic
+
     names = [f["format"] for f in report["formats"]]
     colors = ["#999999" if n == "baseline" else "#76b900" for n in names]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -179,8 +181,7 @@ def _plot(report: dict, path: Path) -> None:
         axis.tick_params(axis="x", rotation=30)
     fig.suptitle(f"{report['model']}: ModelOpt convert on the CPU (calib {report['calib_size']} x {report['calib_max_len']} tokens)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure_atomic(fig, path, dpi=120)
 
 
 def _print(report: dict, out: Path) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from pipeline.core.figures import write_figure_atomic
+
 
 def _pyplot():
     import matplotlib
@@ -40,10 +42,9 @@ def _label(ax, xlabel: str, ylabel: str, title: str) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def _save(plt, fig, path: Path) -> Path:
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure_atomic(fig, path, dpi=100)
     return path
 
 
@@ -58,7 +59,7 @@ def _vs_concurrency(plt, sweep: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.set_xscale("log", base=2)
         _label(ax, "concurrency", title, f"{title} vs concurrency")
         ax.legend()
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def _pareto(plt, levels: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -70,14 +71,14 @@ def _pareto(plt, levels: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.annotate(lv["load"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     _label(ax, "output tokens/s per user (p50) - interactivity", "output tokens/s total - throughput",
            "Throughput vs latency (Pareto)")
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def _ttft_vs_isl(plt, points: Sequence[tuple[int, float]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.scatter([p[0] for p in points], [p[1] for p in points], s=10, alpha=0.6)
     _label(ax, "ISL (tokens)", "TTFT (ms)", "TTFT vs prompt length")
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def _prefill_decode(plt, pd: dict[str, Any], path: Path) -> Path:
@@ -87,7 +88,7 @@ def _prefill_decode(plt, pd: dict[str, Any], path: Path) -> Path:
     _label(axes[0], f"ISL (tokens), OSL = {pd['fixed_osl']}", "TTFT p50 (ms)", "Prefill: TTFT vs ISL")
     axes[1].plot([p["osl"] for p in osl], [p["tpot_ms_p50"] or float("nan") for p in osl], "o-")
     _label(axes[1], f"OSL (tokens), ISL = {pd['fixed_isl']}", "TPOT p50 (ms/token)", "Decode: TPOT vs output length")
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
 def plot_speedup(rows: Sequence[dict[str, Any]], break_even: int | None, path: Path) -> Path:
@@ -107,4 +108,4 @@ def plot_speedup(rows: Sequence[dict[str, Any]], break_even: int | None, path: P
     ax.set_xscale("log", base=2)
     _label(ax, "concurrency", "speedup (x)", "Speculative decoding: speedup vs concurrency")
     ax.legend()
-    return _save(plt, fig, path)
+    return _save(fig, path)

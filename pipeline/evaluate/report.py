@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from pipeline.core.artifacts import write_text_atomic
+from pipeline.core.figures import write_figure_atomic
 from pipeline.evaluate.gate import pct
 from pipeline.evaluate.spec import EvaluateResult
 
@@ -124,5 +125,4 @@ def plot_result(result: EvaluateResult, path: Path) -> None:
         axis.tick_params(axis="x", labelsize=8)
     figure.suptitle(f"{result.model}: {result.dataset['tokens']} tokens, simulated quantization on the CPU", fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    write_figure_atomic(figure, path, dpi=110)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, Sequence, TypeVar
 
+from pipeline.core.figures import write_figure_atomic
+
 
 class Point(Protocol):
     tokens_per_s_per_user: float
@@ -48,9 +50,7 @@ def plot_front(cloud: Sequence[tuple[float, float]], front: Sequence[P], path: P
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    write_figure_atomic(fig, path, dpi=110)
     return path
 
 
