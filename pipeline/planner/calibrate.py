@@ -78,8 +78,11 @@ class Calibration(BaseModel):
 
 
 def model_identity(model_path: Path) -> str:
-    """The name a deployment's manifest gives the model: the folder's name (build/<model>/hf: <model>)."""
+    """The name a deployment's manifest gives the model: the folder's name (build/<model>/hf: <model>); a config file
+    named after its model (llama-3.1-8b.json), that name."""
     folder = Path(model_path)
+    if folder.suffix == ".json" and folder.name != "config.json":
+        return folder.stem
     folder = folder.parent if folder.name == "config.json" else folder
     return folder.parent.name if folder.name == "hf" else folder.name
 

@@ -187,3 +187,13 @@ def test_a_search_whose_every_configuration_is_left_out_says_why() -> None:
     with pytest.raises(UnsupportedError, match="No configuration of the search can run") as refused:
         require_feasible(result)
     assert "the PyTorch backend deploys" in refused.value.message and ".." not in refused.value.message
+
+
+@pytest.mark.parametrize("path, name", [("build/llama-3.1-8b/hf", "llama-3.1-8b"), ("build/llama-3.1-8b/hf/config.json", "llama-3.1-8b"),
+                                        ("models/qwen3-8b", "qwen3-8b"), ("configs/llama-3.1-8b.json", "llama-3.1-8b")])
+def test_a_plan_names_the_model_as_its_deployment_does(path: str, name: str) -> None:
+    """The name that the plan's reports folder and a calibration's identity check use (before: a config file named after
+    its model, llama-3.1-8b.json, kept its suffix, so its reports went to build/llama-3.1-8b.json/)."""
+    from pipeline.planner.calibrate import model_identity
+
+    assert model_identity(Path(path)) == name
