@@ -97,16 +97,21 @@ def test_mounts_in_comments_and_readme_are_where_artifacts_land():
 
 
 def test_ci_builds_and_checks_the_image_after_the_tests():
-    """`.ci/run` builds the image, runs `make test`, then checks the image (scripts/image_test.sh: the Dockerfile built with
-    buildah on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
+    """`.ci/run` builds the image beside the first half of `make test` (the tests that start no tritonserver), runs the
+    second half once the build has ended (TEST_BARRIER), then checks the image (scripts/image_test.sh: the Dockerfile
+    built with buildah on the stand-in base, tests/image/checks.sh inside it); the scripts at least parse here."""
     ci = (ROOT / ".ci" / "run").read_text()
-    commands = [command.strip() for command in re.findall(r"^(?:if ! )?(make [^>;\n]*)", ci, re.M)]
-    assert commands == ["make image-test IMAGE_TEST_PHASE=build IMAGE_TEST_PRUNE=1", "make test",
-                        "make image-test IMAGE_TEST_PHASE=check"]
+    commands = [command.strip() for command in re.findall(r"^\s*(?:if ! )?(make [^>;\n|]*)", ci, re.M)]
+    assert commands == ["make image-test IMAGE_TEST_PHASE=build IMAGE_TEST_PRUNE=1",
+                        "make test TEST_BARRIER=.ci/await_image_build", "make image-test IMAGE_TEST_PHASE=check"]
     makefile = (ROOT / "Makefile").read_text()
+    halves = re.search(r"^test: \$\(STAMP\)\n\t(.+)\n\t\$\(TEST_BARRIER\)\n\t(.+)\n", makefile, re.M)
+    assert halves, "make test: the tests without a server, TEST_BARRIER, then the rest"
+    assert '-m "$(NO_SERVER_TESTS)"' in halves[1] and '-m "not ($(NO_SERVER_TESTS))"' in halves[2]
+    assert re.search(r"^NO_SERVER_TESTS := not model and not server and not soak$", makefile, re.M)
     assert re.search(r"^IMAGE_TEST_PHASE \?= all$", makefile, re.M)
     assert re.search(r"^image-test:\n\tscripts/image_test.sh \$\(IMAGE_TEST_PHASE\) ", makefile, re.M)
-    for script in ("scripts/image_test.sh", "tests/image/make_base.sh", "tests/image/checks.sh",
+    for script in (".ci/run", ".ci/await_image_build", "scripts/image_test.sh", "tests/image/make_base.sh", "tests/image/checks.sh",
                    "tests/image/standin/bin/mpirun", "tests/image/standin/bin/nvidia-smi"):
         result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, f"{script}: {result.stderr}"
