@@ -4,6 +4,7 @@ and turns progress bars off."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,12 +15,23 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 
+# Output that goes to a file or a CI log has no terminal width; rich would then wrap tables to 80 columns, cells a few
+# characters wide. Such output is as wide as the tables need, up to this many columns ($COLUMNS still decides).
+PIPED_WIDTH = 200
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
+    return Console(stderr=stderr, soft_wrap=True, width=PIPED_WIDTH if piped else None)
+
+
 @dataclass
 class Output:
     json_mode: bool = False
     quiet: bool = False
-    stdout: Console = field(default_factory=lambda: Console(soft_wrap=True))
-    stderr: Console = field(default_factory=lambda: Console(stderr=True, soft_wrap=True))
+    stdout: Console = field(default_factory=_console)
+    stderr: Console = field(default_factory=lambda: _console(stderr=True))
 
     def result(self, data: Any, *, table: Table | None = None, text: str | None = None) -> None:
         """Print a command's result: JSON in --json mode, else the table or text given."""
