@@ -109,21 +109,18 @@ def source_revision(path: Path) -> str:
     return folder_hash(folder)[:16]
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def temporary_beside(path: Path, suffix: str = ".tmp") -> Path:
+    """A fresh hidden name in `path`'s folder (made if missing) to write to before replacing `path` with it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=False, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = temporary_beside(path)
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any
+
+from pipeline.core.artifacts import temporary_beside
 
 
 def write_figure_atomic(figure: Any, path: Path, *, dpi: int) -> None:
     """Save a matplotlib figure as a PNG at `path` through a temporary file beside it, and close the figure."""
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp.png")
+    tmp = temporary_beside(path, ".tmp.png")
     try:
         figure.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
