@@ -23,7 +23,8 @@ trtllm_published_throughput_dep.tsv, never fitted): scripts/plan_vs_more_models.
 earlier release's runs (pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20's dense Llama rows, most at TP degrees the fit
 never saw; never fitted): scripts/plan_vs_earlier_release.py. And the closed-loop prediction the SLO search uses (TTFT,
 TPOT, tokens/s at a concurrency) against NVIDIA's published NIM serving runs (pipeline/data/nim_published_serving.tsv;
-never fitted): scripts/plan_vs_nim.py.
+never fitted): scripts/plan_vs_nim.py. And the runs with pipeline stages (pipeline/data/trtllm_published_throughput_pp.tsv:
+RTX PRO 6000, never fitted): scripts/plan_vs_pp.py.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from plan_vs_earlier_release import earlier_release_report, plot_panel as earlie
 from plan_vs_earlier_release import report_lines as earlier_release_lines  # noqa: E402
 from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
 from plan_vs_nim import nim_report, plot as plot_nim, report_lines as nim_lines  # noqa: E402
+from plan_vs_pp import pp_lines, pp_panel, pp_report  # noqa: E402
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
 _SIXTEEN_BIT = {"FP16", "BF16"}
@@ -338,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     # both backends' constants on the models outside the fit, whichever backend was asked (scripts/plan_vs_more_models.py)
     report["more_models"] = more_models_report(fit=args.fit, folds=args.cv)
     report["earlier_release"] = earlier_release_report()
+    report["pipeline_parallel"] = pp_report()
     report["nim_serving"] = nim_report()
     for line in [*report_lines(report["more_models"]), *earlier_release_lines(report["earlier_release"]),
-                 *nim_lines(report["nim_serving"])]:
+                 *nim_lines(report["nim_serving"]),
+                 *pp_lines(report["pipeline_parallel"])]:
         OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
@@ -352,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{b} (in sample)": [{"value": "all", **part["in_sample"], "comparison": part["rows"]}] for b, part in report["backends"].items()}
     panels.update(plot_panels(report["more_models"]))
     panels.update(earlier_release_panel(report["earlier_release"]))
+    panels.update(pp_panel(report["pipeline_parallel"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
     plot_nim(report["nim_serving"], out / "plan_vs_nim.png")

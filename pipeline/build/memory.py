@@ -2,8 +2,8 @@
 
 The planner owns the arithmetic (weight bytes per precision, GQA-aware KV bytes per token,
 activation buffers at max_num_tokens / max_batch_size, runtime reserve, KV fraction) and the
-recommended max_batch_size / max_num_tokens per goal. This module only adapts it to an engine
-build: pipeline parallelism (each stage holds ceil(layers / pp) layers), the CPU "device" (host
+recommended max_batch_size / max_num_tokens per goal, and pipeline parallelism (planner/stages.py: the fullest
+stage's memory, one micro-batch's limits). This module only adapts it to an engine build: the CPU "device" (host
 memory), the user's overrides, and the hints that say what would fit instead.
 """
 
@@ -46,7 +46,7 @@ class Limits(BaseModel):
 @dataclass(frozen=True)
 class EngineTarget:
     """What an engine is built for, made once per build: a model's shapes on a GPU at a precision,
-    split tp x pp, for a goal. `scenario(isl, osl)` is the planner's Scenario of one pipeline stage."""
+    split tp x pp, for a goal. `scenario(isl, osl)` is the planner's Scenario of it."""
 
     model: ModelSpec
     gpu: GpuSpec
@@ -61,9 +61,10 @@ class EngineTarget:
         return replace(self, gpu=gpu)
 
     def scenario(self, isl: int, osl: int) -> Scenario:
-        """One stage (its share of the layers) on the device (host memory for the CPU), unchecked."""
-        return Scenario(_stage(self.model, self.pp), _device(self.gpu), self.quant, self.kv, self.tp, isl, osl,
-                        attention_dp=self.attention_dp)
+        """The planner's scenario on the device (host memory for the CPU), unchecked: with pp stages, its memory plans are
+        the fullest stage's (planner/stages.py) and its limits one micro-batch's."""
+        return Scenario(self.model, _device(self.gpu), self.quant, self.kv, self.tp, isl, osl, attention_dp=self.attention_dp,
+                        pp=self.pp)
 
 
 class MemoryEstimate(BaseModel):
@@ -83,11 +84,6 @@ class MemoryEstimate(BaseModel):
     low_memory: bool
     lora_cache_gib: float = 0.0  # every adapter of a --lora build resident on the GPU
     lora_cache_fraction: float | None = None  # of the memory left after the KV cache: the lora_cache_gpu_memory_fraction
-
-
-def _stage(model: ModelSpec, pp: int) -> ModelSpec:
-    """What one pipeline stage holds (its share of the layers; embeddings counted on each, to be safe)."""
-    return model if pp == 1 else model.model_copy(update={"num_layers": math.ceil(model.num_layers / pp)})
 
 
 def _device(gpu: GpuSpec) -> GpuSpec:

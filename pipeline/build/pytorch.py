@@ -23,7 +23,7 @@ planner.recommend_build, memory.estimate), per GPU and goal:
 - kv_cache_config.dtype: "fp8" for a checkpoint with an FP8 KV cache (ModelOpt's kv_cache_quant_algo),
   else "auto" (the model's dtype); enable_block_reuse: true (prefix reuse; the default, stated).
 - tensor_parallel_size: --tp (the LLM API shards the checkpoint at load time). With --attention-dp (MoE models):
-  enable_attention_dp and moe_expert_parallel_size (pipeline/build/attention_dp.py).
+  enable_attention_dp and moe_expert_parallel_size; with --pp, pipeline_parallel_size (pipeline/build/parallel.py).
 - dtype: "float16"/"bfloat16" only for a float32 checkpoint (the demo's GGUF-derived hf/): the LLM API
   casts at load, so the deployable runs the profile's 16-bit precision; otherwise left to "auto".
 - cuda_graph_config: batch_sizes = powers of two up to max_batch_size, plus max_batch_size; enable_padding true so a
@@ -50,11 +50,11 @@ from pipeline.build.slo import slo_identity, slo_limits, with_slo_options
 from pipeline.build.memory import EngineTarget, Limits, default_limits
 from pipeline.core.deployable import (HF_CHECKPOINT_PREFIX, HF_FORMAT, HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS, MODEL_SUBDIR, OPTIONS_FILE,
                                       PYTORCH_BACKEND)
-from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.errors import InvalidInputError
 from pipeline.core.gpus import GpuSpec, check_pytorch_precision, get_gpu
 from pipeline.core.paths import stage_dir
 from pipeline.planner import DEFAULT_KV_FRACTION, Goal
-from pipeline.build.attention_dp import check_split, with_attention_dp
+from pipeline.build.parallel import check_split, with_split
 from pipeline.build.profiles import BuildProfile
 from pipeline.core.quant import kv_cache_format, quant_format
 from pipeline.core.reporting import SILENT, Reporter
@@ -264,21 +264,15 @@ def plan_pytorch(spec: Any) -> TorchPlan:
         raise InvalidInputError("--tokens-per-block and --gemm-plugin are trtllm-build flags; --backend pytorch builds no engine.",
                                 hint="Drop them (the PyTorch backend's KV block size stays at its default).")
     gpu = get_gpu(spec.gpu)
-    if (spec.pp or 1) > 1:
-        raise UnsupportedError("--pp with --backend pytorch is not planned here: the LLM API shards with --tp.",
-                               hint="Drop --pp; give --tp N.")
     ckpt = _hf_checkpoint(spec, gpu)
     quant, kv, plan_only, simulated = _precision(spec, ckpt, gpu)
-    tp = spec.tp or 1
-    if gpu.is_cpu and tp > 1:
-        raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
     if not gpu.is_cpu:
         check_pytorch_precision(gpu, quant_format(quant), kv_cache_format(kv))
-    check_split(spec, ckpt.shape, tp)
+    tp, pp = check_split(spec, ckpt.shape, gpu)
     source, notes = _model_source(ckpt, gpu, simulated)
     plan_only = "; ".join(filter(None, [plan_only, _model_source_problem(source)]))
     qf, kf = quant_format(quant), kv_cache_format(kv)
-    target = EngineTarget(ckpt.shape, gpu, qf, kf, tp, 1, spec.goal, attention_dp=spec.attention_dp)
+    target = EngineTarget(ckpt.shape, gpu, qf, kf, tp, pp, spec.goal, attention_dp=spec.attention_dp)
     slo_plan, given = slo_limits(ckpt.path, target, spec)  # --slo: the search's choice for the PyTorch backend
     limits = default_limits(target, **given)
     lora = plan_lora(list(spec.lora), ckpt.shape, spec.max_lora_rank, list(spec.lora_target_modules))
@@ -293,14 +287,14 @@ def plan_pytorch(spec: Any) -> TorchPlan:
     env = server_env(gpu, kv)
     profile = BuildProfile(
         model=ckpt.model, model_revision=ckpt.revision, runtime=gpu.runtime, gpu=gpu.key,
-        compute_capability=gpu.compute_capability, quant=quant, kv_cache=kv, tp=tp, pp=1, goal=spec.goal,
+        compute_capability=gpu.compute_capability, quant=quant, kv_cache=kv, tp=tp, pp=pp, goal=spec.goal,
         max_input_len=limits.max_input_len, max_seq_len=limits.max_seq_len, max_batch_size=limits.max_batch_size,
         max_num_tokens=limits.max_num_tokens, backend=PYTORCH_BACKEND, lora=sha256_json(lora.identity())[:12] if lora else None,
         speculative=speculated.label if speculated else None, attention_dp=spec.attention_dp,
     )
     deploy_dir = stage_dir(ckpt.model, "engines", profile.id)
-    options, why = with_attention_dp(*with_lora(*with_slo_options(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to),
-                                                                  slo_plan), lora, deploy_dir), tp if spec.attention_dp else None)
+    options, why = with_split(*with_lora(*with_slo_options(*llm_api_options(gpu, kv, tp, spec.goal, limits, cast_to), slo_plan),
+                                         lora, deploy_dir), tp=tp, pp=pp, attention_dp=spec.attention_dp)
     if speculated is not None:
         options, why = speculated.options(options, deploy_dir), {**why, **speculated.why}
         check_options(options)

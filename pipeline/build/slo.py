@@ -35,7 +35,8 @@ def slo_choice(model_path: Path, target, spec) -> dict[str, Any]:
                                 hint="e.g. pipeline build --slo ttft_p99_ms=500,tpot_p99_ms=40 --isl 2048 --osl 256 ...")
     search_spec = SearchSpec(model=model_path, slo=parse_slo(spec.slo), isl=spec.slo_isl, osl=spec.slo_osl,
                              gpus=(target.gpu.key,), quants=(target.quant.name,), kv_caches=(target.kv.name,),
-                             tps=(target.tp,), backend=spec.backend, attention_dp=(target.attention_dp,))
+                             tps=(target.tp,), pps=(target.pp,), backend=spec.backend,
+                             attention_dp=(target.attention_dp,))
     calibration = None
     if spec.calibrate:
         calibration = fit_calibration(list(spec.calibrate), model_spec_from_config(model_path), model_path,

@@ -16,6 +16,7 @@ SloOpt = Annotated[Optional[str], typer.Option("--slo", help="Search builds for 
 RateOpt = Annotated[Optional[float], typer.Option("--rate", help="Requests/s to serve (--slo): the replicas needed.")]
 GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="GPUs to search (--slo), e.g. h100,h200,l40s,a100 (default those four).")]
 TpsOpt = Annotated[Optional[str], typer.Option("--tp", help="Tensor-parallel size; with --slo a list to search (default 1,2,4).")]
+PpsOpt = Annotated[Optional[str], typer.Option("--pp", help="Pipeline-parallel stages, each of --tp GPUs; with --slo a list to search (default 1).")]
 BatchSizesOpt = Annotated[Optional[str], typer.Option("--batch-sizes", help="max_batch_size values to search (--slo; default powers of two up to the KV capacity).")]
 PricesOpt = Annotated[Optional[Path], typer.Option("--prices", help="Prices TSV/CSV: gpu, usd_per_gpu_hour, source[, date, note] (default pipeline/data/gpu_prices.tsv).")]
 PriceOpt = Annotated[Optional[List[str]], typer.Option("--price", help="Override one price: GPU=USD per GPU-hour (repeat).")]
@@ -67,6 +68,7 @@ def search_command(model: Path, slo: str, isl: int, osl: int, opts: dict) -> Non
         SearchSpec, model=model, slo=parse_slo(slo), isl=isl, osl=osl, rate=opts["rate"],
         gpus=csv_list(opts["gpus"], DEFAULT_GPUS), quants=csv_list(opts["quant"], ()) or None,
         kv_caches=csv_list(opts["kv_cache"], ()) or None, tps=int_list(opts["tp"], DEFAULT_TPS, "--tp"),
+        pps=int_list(opts.get("pp"), (1,), "--pp"),
         backend=opts["backend"], batch_sizes=int_list(opts["batch_sizes"], None, "--batch-sizes"),
         attention_dp=(True,) if opts.get("attention_dp") else None,
     )

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli._options import AttentionDpOpt, BackendOpt, GoalOpt, JsonOpt, KvCacheOpt, set_json
-from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PriceOpt, PricesOpt, RateOpt, SloOpt,
-                                      TpsOpt, calibrate_only, int_list, search_command)
+from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, PlanOutOpt, PpsOpt, PriceOpt, PricesOpt, RateOpt,
+                                      SloOpt, TpsOpt, calibrate_only, int_list, search_command)
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.output import OUT, simple_table
 from pipeline.planner import PlanResult, PlanSpec, plan
@@ -48,6 +48,7 @@ def plan_command(
     quant: PlanQuantOpt = None,
     kv_cache: KvCacheOpt = None,
     tp: TpsOpt = None,
+    pp: PpsOpt = None,
     isl: IslOpt = 1024,
     osl: OslOpt = 128,
     concurrency: ConcurrencyOpt = 1,
@@ -81,19 +82,16 @@ def plan_command(
         raise InvalidInputError("--attention-dp does not apply to a calibration alone: each bench's deployment says whether it "
                                 "ran with attention data parallelism.", hint="Drop --attention-dp, or add --slo to search with it.")
     if slo:
-        opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, backend=backend,
+        opts = dict(rate=rate, gpus=gpus or gpu, quant=quant, kv_cache=kv_cache, tp=tp, pp=pp, backend=backend,
                     batch_sizes=batch_sizes, prices=prices, price=price, calibrate=calibrate, out=out, attention_dp=attention_dp)
         return search_command(model, slo, isl, osl, opts)
     if calibrate:
         return calibrate_only(model, list(calibrate), gpus or gpu, backend)
     if not gpu:
         raise InvalidInputError("Plan for which GPU?", hint="Give --gpu KEY for one configuration, or --slo ... to search GPUs.")
-    sizes = int_list(tp, (1,), "--tp") or (1,)
-    if len(sizes) > 1:
-        raise InvalidInputError(f"--tp {tp}: one size for one configuration.", hint="Give one --tp, or search several with --slo.")
-    tp_size = sizes[0]
+    tp_size, pp_size = (_one_size(value, flag) for value, flag in ((tp, "--tp"), (pp, "--pp")))
     spec = PlanSpec(
-        model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp_size, isl=isl, osl=osl,
+        model=model, gpu=gpu, quant=quant, kv_cache=kv_cache, tp=tp_size, pp=pp_size, isl=isl, osl=osl,
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
         trtllm_bench_requests=trtllm_bench_requests, attention_dp=attention_dp,
         speculation=None if speculative_acceptance is None else SpeculationInput(
@@ -111,6 +109,13 @@ def plan_command(
         )
 
 
+def _one_size(text: str | None, flag: str) -> int:
+    sizes = int_list(text, (1,), flag) or (1,)
+    if len(sizes) > 1:
+        raise InvalidInputError(f"{flag} {text}: one size for one configuration.", hint=f"Give one {flag}, or search several with --slo.")
+    return sizes[0]
+
+
 def _table(result: PlanResult):
     mem, model = result.memory, result.model
     stored = (f"; checkpoint stored as {model['checkpoint_quant']}" + (f" with {model['expert_weights'].upper()} experts"
@@ -125,7 +130,9 @@ def _table(result: PlanResult):
         ["target", f"{result.tp}x {result.gpu}, weights {result.quant}, KV cache {result.kv_cache}, "
                    f"ISL {result.isl} / OSL {result.osl}, goal {result.goal}, backend {result.backend}"
                    + (f", attention data parallel with the experts over the {result.tp} GPUs (DEP{result.tp}): memory, "
-                      "sequences and limits per GPU" if result.attention_dp else "")],
+                      "sequences and limits per GPU" if result.attention_dp else "")
+                   + (f", {result.pp} pipeline stages ({result.tp * result.pp} GPUs): memory per GPU of the fullest stage, "
+                      f"sequences the whole pipeline's, limits per micro-batch ({result.pp} in flight)" if result.pp > 1 else "")],
         ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],
         ["runtime + activations", f"{mem.reserve_gib:.2f} GiB of {mem.gpu_memory_gib:.0f} GiB"],
         ["KV cache", f"{mem.kv_cache_gib:.2f} GiB at fraction {mem.kv_cache_free_gpu_mem_fraction} = "
@@ -155,11 +162,13 @@ def _table(result: PlanResult):
         rows.append(["recommended LLM-API options", f"max_batch_size {build['max_batch_size']}, max_num_tokens "
                      f"{build['max_num_tokens']}, max_seq_len {build['max_seq_len']}, kv_cache_config.free_gpu_memory_fraction "
                      f"{build['kv_cache_free_gpu_mem_fraction']}"
-                     + (f", enable_attention_dp true, moe_expert_parallel_size {result.tp}" if result.attention_dp else "")])
+                     + (f", enable_attention_dp true, moe_expert_parallel_size {result.tp}" if result.attention_dp else "")
+                     + (f", pipeline_parallel_size {result.pp}" if result.pp > 1 else "")])
     else:
         rows.append(["recommended build", f"--max_batch_size {build['max_batch_size']} --max_num_tokens {build['max_num_tokens']} "
                                           f"--max_input_len {build['max_input_len']} --max_seq_len {build['max_seq_len']}; "
-                                          f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"])
+                                          f"kv_cache_free_gpu_mem_fraction {build['kv_cache_free_gpu_mem_fraction']}"
+                                          + (f"; a checkpoint converted with --pp {result.pp}" if result.pp > 1 else "")])
     if result.speculation is not None:
         spec = result.speculation
         rows.append([f"speculation (acceptance {spec.acceptance}, K {spec.max_draft_len})",

@@ -1,17 +1,18 @@
 """The planner (`pipeline plan`): a capacity and latency model for serving a Hugging Face causal LM
 with TensorRT-LLM, all arithmetic on the model's shapes (its config.json, no weights) and the GPU table.
 
-One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl, osl, attention_dp). The rooms:
+One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl, osl, attention_dp, pp). The rooms:
 
 - shapes: ModelSpec, model_spec_from_config (model_spec_from_dict for a config already read), check_tp;
 - scenario: Scenario, Goal;
+- stages: pipeline parallelism (pipeline_stage: the fullest stage as a model of its own; the hand-over between stages);
 - memory: weight/KV/activation bytes, MemoryPlan, memory_plan, alternatives (what fits instead);
 - comm: collectives measured on silicon (TP's all-reduce; attention data parallelism's all-gather and reduce-scatter);
 - rates: GPU compute/bandwidth and the fitted Efficiency constants;
 - recommend: recommend_build (trtllm-build limits per goal);
 - step: step_time (one iteration: StepWork laid out, then timed by the constants), mean_step;
 - timing: prefill_time, predict, max_throughput (a ThroughputRun timed);
-- published: published_rows, more_model_rows, more_gpu_rows, dep_rows, earlier_release_rows, published_model, trtllm_bench_throughput, compare_published (the check
+- published: published_rows, more_model_rows, more_gpu_rows, dep_rows, pp_rows, earlier_release_rows, published_model, trtllm_bench_throughput, compare_published (the check
   against published figures of both backends), error_summary, log_loss (loss_over: the same, for a fit), comparison_log_loss;
 - entry: plan() with PlanSpec / PlanResult.
 """
@@ -21,7 +22,7 @@ from pipeline.planner.memory import (DEFAULT_KV_FRACTION, GIB, RUNTIME_RESERVE_G
                                      alternatives, bits_per_weight, kv_bytes_per_token, kv_heads_per_gpu, memory_plan,
                                      weight_bytes, weight_bytes_per_gpu)
 from pipeline.planner.published import (
-    comparison_log_loss, compare_published, dep_rows, earlier_release_rows, error_summary, log_loss, loss_over, median_abs_pct_error, more_gpu_rows, more_model_rows, published_model, published_rows,
+    comparison_log_loss, compare_published, dep_rows, earlier_release_rows, error_summary, log_loss, loss_over, median_abs_pct_error, more_gpu_rows, more_model_rows, pp_rows, published_model, published_rows,
     published_scenario, trtllm_bench_throughput,
 )
 from pipeline.planner.moe_timing import measured_moe_s
@@ -37,6 +38,6 @@ __all__ = [
     "MemoryPlan", "ModelSpec", "PlanResult", "PlanSpec", "Prediction", "Scenario", "StepLoad", "StepTime",
     "ThroughputEstimate", "activation_bytes", "alternatives", "bits_per_weight", "check_tp", "compare_published", "comparison_log_loss", "error_summary",
     "compute_rate", "dep_rows", "earlier_release_rows", "hbm_bandwidth", "measured_moe_s", "kv_bytes_per_token", "kv_heads_per_gpu", "log_loss", "loss_over", "max_throughput", "median_abs_pct_error",
-    "memory_plan", "model_spec_from_config", "model_spec_from_dict", "more_gpu_rows", "more_model_rows", "plan", "predict", "prefill_time",
+    "memory_plan", "model_spec_from_config", "model_spec_from_dict", "more_gpu_rows", "more_model_rows", "plan", "pp_rows", "predict", "prefill_time",
     "published_scenario", "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
 ]

@@ -56,6 +56,7 @@ class PlanSpec(BaseModel):
     backend: Literal["tensorrt", "pytorch"] = "tensorrt"
     trtllm_bench_requests: int | None = Field(None, ge=1)  # also predict `trtllm-bench throughput` on a dataset this size
     attention_dp: bool = False  # the PyTorch backend's attention data parallelism, experts over the tp GPUs (Scenario)
+    pp: int = Field(1, ge=1)  # pipeline stages, each of tp GPUs (planner/stages.py)
 
 
 class TrtllmBenchPrediction(BaseModel):
@@ -97,6 +98,7 @@ class PlanResult(BaseModel):
     trtllm_bench: TrtllmBenchPrediction | None = None
     caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models, GPUs no fit saw)
     attention_dp: bool = False
+    pp: int = 1  # pipeline stages: memory is the fullest stage's GPU's, limits one micro-batch's
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -109,8 +111,11 @@ def plan(spec: PlanSpec) -> PlanResult:
     if spec.attention_dp and spec.speculation is not None:
         raise UnsupportedError("Speculative decoding is not planned with attention data parallelism.",
                                hint="Drop --speculative-acceptance or --attention-dp.")
+    if spec.pp > 1 and spec.speculation is not None:  # TensorRT-LLM's pipeline-parallel executor loop refuses a drafter
+        raise UnsupportedError("Speculative decoding is not planned with pipeline parallelism: TensorRT-LLM's pipeline "
+                               "executor runs no draft model.", hint="Drop --speculative-acceptance or --pp.")
     scenario = Scenario(model, plan_target(spec.gpu), stored_precision(model, spec.quant), kv_cache, spec.tp, spec.isl,
-                        spec.osl, attention_dp=spec.attention_dp).check()
+                        spec.osl, attention_dp=spec.attention_dp, pp=spec.pp).check()
     quant = scenario.quant
     no_engine = engine_flow_refusal(model, spec.backend, scenario.gpu)
     if no_engine:
@@ -164,7 +169,7 @@ def plan(spec: PlanSpec) -> PlanResult:
             "experts_timing": _experts_timing(model, eff, experts),
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
-        backend=spec.backend, attention_dp=spec.attention_dp, memory=memory, fits=memory.fits, alternatives=options, build=build,
+        backend=spec.backend, attention_dp=spec.attention_dp, pp=spec.pp, memory=memory, fits=memory.fits, alternatives=options, build=build,
         prediction=prediction, max_throughput=throughput, speculation=speculation, trtllm_bench=bench,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
@@ -200,6 +205,6 @@ def _trtllm_bench(scenario: Scenario, spec: PlanSpec, eff: Efficiency) -> Trtllm
     return TrtllmBenchPrediction(
         requests=requests, kv_cache_free_gpu_mem_fraction=fraction, max_batch_size=limits["max_batch_size"],
         max_num_tokens=limits["max_num_tokens"], output_tokens_per_s=estimate.output_tokens_per_s,
-        output_tokens_per_s_per_gpu=round(estimate.output_tokens_per_s / scenario.tp, 2), batch=estimate.batch,
+        output_tokens_per_s_per_gpu=round(estimate.output_tokens_per_s / scenario.gpus, 2), batch=estimate.batch,
         bound=estimate.bound,
     )

@@ -142,7 +142,10 @@ def memory_plan(
     kv_fraction: float = DEFAULT_KV_FRACTION,
 ) -> MemoryPlan:
     """Per-GPU memory at these build limits: weights, reserve, the KV cache and the sequences it holds (with attention
-    data parallelism, the GPU's own requests': every GPU holds as many)."""
+    data parallelism, the GPU's own requests': every GPU holds as many; with pipeline stages, the fullest stage's GPU, whose
+    sequences are the whole pipeline's)."""
+    if scenario.pp > 1:
+        return memory_plan(scenario.stage, max_num_tokens=max_num_tokens, max_batch_size=max_batch_size, kv_fraction=kv_fraction)
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     total = (gpu.usable_memory_gib or 0) * GIB
     weights = weight_bytes_per_gpu(model, quant, tp, scenario.attention_dp)

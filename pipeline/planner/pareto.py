@@ -63,7 +63,7 @@ def write_plan_report(result, folder: Path) -> dict[str, Path]:
     json_path = folder / "plan.json"
     write_json_atomic(json_path, result.model_dump(mode="json"))
     slo = bounds_text(result.slo)
-    labels = [f"{c.tp}x {c.gpu} {c.quant} b{c.max_batch_size} c{c.concurrency}" for c in result.pareto]
+    labels = [f"{c.parallel} {c.gpu} {c.quant} b{c.max_batch_size} c{c.concurrency}" for c in result.pareto]
     png = plot_front(result.points, result.pareto, folder / "pareto.png",
                      f"{result.model}: ISL {result.isl} / OSL {result.osl}, {slo}", labels)
     return {"json": json_path, "plot": png}

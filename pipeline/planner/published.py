@@ -55,6 +55,12 @@ def more_gpu_rows() -> list[dict[str, str]]:
     return packaged_fact_rows("trtllm_published_throughput_more_gpus.tsv")
 
 
+def pp_rows() -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_pp.tsv: the runs with pipeline parallelism (RTX PRO 6000, 1.0 and
+    1.2-dev), which no fit sees."""
+    return packaged_fact_rows("trtllm_published_throughput_pp.tsv")
+
+
 def earlier_release_rows() -> list[dict[str, str]]:
     """Rows of pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20's PyTorch-backend rows of the dense Llama models,
     most at TP degrees no fit sees, which no fit sees either."""
@@ -89,7 +95,8 @@ def published_scenario(model: ModelSpec, row: dict[str, Any]) -> Scenario:
                 f"Unknown published precision {precision!r}.", hint=f"Use one of: {', '.join(_PUBLISHED_PRECISIONS)}, MXFP4."
             ) from None
     kv = row.get("kv_cache") or kv
-    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]), attention_dp=is_dep_row(row))
+    return Scenario(model, gpu, quant, kv, int(row["tp"]), int(row["isl"]), int(row["osl"]), attention_dp=is_dep_row(row),
+                    pp=int(row.get("pp") or 1))
 
 
 def is_dep_row(row: dict[str, Any]) -> bool:
@@ -99,9 +106,9 @@ def is_dep_row(row: dict[str, Any]) -> bool:
 
 # trtllm-bench's own limits (NVIDIA/TensorRT-LLM@04cba882 tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
 # finetune_setting; the same heuristic serves `trtllm-bench build` and, via get_settings, `throughput --backend pytorch`):
-# memory = device GiB x GPUs - param_count x bytes per weight (FP8 1, NVFP4 0.5, else 2), no reserve; KV bytes per token over
-# the whole TP group with max(tp, kv_heads) heads; x 0.95; requests = memory / (KV bytes x (ISL+OSL)); max_batch_size from
-# min(requests, 4096) rounded up (at least 64), max_num_tokens from the UNROUNDED requests x (1 + ISL/OSL), capped 32768,
+# memory = device GiB x GPUs (tp x pp) - param_count x bytes per weight (FP8 1, NVFP4 0.5, else 2), no reserve; KV bytes per
+# token over the whole TP group with max(tp, kv_heads) heads; x 0.95; requests = memory / (KV bytes x (ISL+OSL));
+# max_batch_size (per micro-batch) from min(requests, 4096) / pp rounded up (at least 64), max_num_tokens from the UNROUNDED requests x (1 + ISL/OSL), capped 32768,
 # rounded up (at least 2048). At run time the batch is further capped by the real KV cache (planner.memory).
 # PyTorch backend: chunked prefill is off unless asked (tensorrt_llm/bench/benchmark/utils/general.py@0171265e get_settings:
 # then max_num_tokens = max(heuristic, max ISL + max_batch_size)); the 1.0 page's llm_options.yml asks only for CUDA graphs
@@ -132,9 +139,9 @@ def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt", kv_fracti
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
     kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
     per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
-    memory_gib = (scenario.gpu.usable_memory_gib or 0) * tp - bench_param_count(model, scenario.quant.name) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
+    memory_gib = (scenario.gpu.usable_memory_gib or 0) * scenario.gpus - bench_param_count(model, scenario.quant.name) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
     requests = max(0.0, memory_gib * kv_fraction / (per_token_gib * (isl + osl)))
-    raw_bs = min(requests, 4096)
+    raw_bs = min(requests, 4096) / scenario.pp  # per micro-batch
     if raw_bs < 256:
         max_bs = max(64, round_up(raw_bs, 32))
     else:
@@ -197,7 +204,7 @@ def compare_published(
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": run.scenario.model.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
-            **({"attention_dp": True} if is_dep_row(row) else {}),
+            **({"attention_dp": True} if is_dep_row(row) else {}), **({"pp": run.scenario.pp} if run.scenario.pp > 1 else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": _error_pct(estimate.output_tokens_per_s, published),

@@ -16,6 +16,7 @@ from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.gpus import GpuSpec, check_precision, get_gpu
 from pipeline.planner.rates import require_figures
 from pipeline.planner.shapes import ModelSpec, check_attention_dp, check_tp, model_spec_from_config
+from pipeline.planner.stages import check_pp, pipeline_stage
 from pipeline.core.quant import KvCacheFormat, QuantFormat, kv_cache_format, quant_format
 
 Goal = Literal["latency", "throughput"]
@@ -77,6 +78,9 @@ class Scenario:
     attention (and every weight but the routed experts) and its own requests' KV cache, and schedules its own batch;
     the MoE layers gather all GPUs' tokens, each GPU running 1/tp of the experts on them. Memory plans, build limits
     and iteration loads are then one GPU's.
+
+    pp: pipeline stages, each of tp GPUs holding its share of the layers (planner.stages), with pp micro-batches in
+    flight. Memory plans are one stage's GPU's; an iteration's phases are a micro-batch's way through all the stages.
     """
 
     model: ModelSpec
@@ -87,6 +91,7 @@ class Scenario:
     isl: int = 1024
     osl: int = 128
     attention_dp: bool = False
+    pp: int = 1
 
     @property
     def attention_tp(self) -> int:
@@ -97,6 +102,20 @@ class Scenario:
     def ranks(self) -> int:
         """The GPUs that schedule requests apart (attention data parallelism: each of the tp), else 1."""
         return self.tp if self.attention_dp else 1
+
+    @property
+    def lanes(self) -> int:
+        """The batches scheduled apart and run side by side: each attention-DP rank's, times the pp micro-batches."""
+        return self.ranks * self.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def stage(self) -> Scenario:
+        """One pipeline stage as a scenario of its own (pipeline_stage: the fullest); the scenario itself without PP."""
+        return self if self.pp == 1 else self.replace(model=pipeline_stage(self.model, self.pp), pp=1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_model(self.model))
@@ -115,8 +134,10 @@ class Scenario:
             check_attention_dp(self.model, self.tp)
         else:
             check_tp(self.model, self.tp)
-        if self.gpu.is_cpu and self.tp > 1:  # as pipeline build --gpu cpu refuses it (build/pytorch.py, build/__init__.py)
-            raise UnsupportedError("The reference runtime runs on one CPU process: tp must be 1.", hint="Drop --tp for --gpu cpu.")
+        check_pp(self.model, self.pp)
+        if self.gpu.is_cpu and self.gpus > 1:  # as pipeline build --gpu cpu refuses it (build/pytorch.py, build/__init__.py)
+            raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
+                                   hint="Drop --tp and --pp for --gpu cpu.")
         if self.isl < 1 or self.osl < 1:
             raise InvalidInputError("ISL and OSL must be at least 1 token.", hint="e.g. --isl 1024 --osl 128")
         window = self.model.max_position_embeddings

@@ -1,4 +1,4 @@
-"""`pipeline plan --slo`: search GPU x precision x KV-cache precision x TP (and attention DP) x max_batch_size x max_num_tokens
+"""`pipeline plan --slo`: search GPU x precision x KV-cache precision x TP (and attention DP) x PP x max_batch_size x max_num_tokens
 for the builds that meet TTFT/TPOT SLOs, with the planner's own model (planner/slo.py for p50/p99).
 
 Per build it finds the highest concurrency whose predicted latencies meet every bound (at most the batch
@@ -51,6 +51,7 @@ class SearchSpec(BaseModel):
     quants: tuple[str, ...] | None = None  # None: the checkpoint's own precision where it declares one, else DEFAULT_QUANTS
     kv_caches: tuple[str, ...] | None = None  # None: the 16-bit cache, and FP8 where the GPU runs it
     tps: tuple[int, ...] = DEFAULT_TPS
+    pps: tuple[int, ...] = (1,)  # pipeline stages (planner/stages.py), each of tp GPUs
     backend: Backend = "tensorrt"
     batch_sizes: tuple[int, ...] | None = None  # None: powers of two up to what the KV cache holds
     # with attention data parallelism (Scenario.attention_dp) or not; None: both where it applies (an MoE on the PyTorch
@@ -66,7 +67,7 @@ class Candidate(BaseModel):
     kv_cache: str
     tp: int
     backend: str
-    max_batch_size: int  # with attention_dp: each GPU's, as max_num_tokens
+    max_batch_size: int  # with attention_dp: each GPU's, as max_num_tokens; with pp: each micro-batch's
     max_num_tokens: int
     kv_cache_free_gpu_mem_fraction: float
     concurrency: int
@@ -81,20 +82,28 @@ class Candidate(BaseModel):
     price_source: str | None = None
     accuracy: dict[str, Any] | None = None
     attention_dp: bool = False
+    pp: int = 1
 
     @property
     def parallel(self) -> str:
-        return parallel_label(self.tp, self.attention_dp)
+        return parallel_label(self.tp, self.attention_dp, self.pp)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
 
     def label(self) -> str:
         kv = "" if self.kv_cache == "auto" else f"/kv-{self.kv_cache}"
-        per_gpu = " per GPU" if self.attention_dp else ""
+        per_gpu = " per GPU" if self.attention_dp else " per micro-batch" if self.pp > 1 else ""
         return (f"{self.parallel} {self.gpu} {self.quant}{kv} {self.backend} batch {self.max_batch_size} "
                 f"tokens {self.max_num_tokens}{per_gpu} at concurrency {self.concurrency}")
 
 
-def parallel_label(tp: int, attention_dp: bool) -> str:
-    """How a build splits over its GPUs: "4x" (TP) or "DEP4" (attention data parallel, experts over the 4 GPUs)."""
+def parallel_label(tp: int, attention_dp: bool, pp: int = 1) -> str:
+    """How a build splits over its GPUs: "4x" (TP) or "DEP4" (attention data parallel, experts over the 4 GPUs); with
+    pipeline stages as NVIDIA's tables name them, "TP1,PP2" or "DEP2,PP2"."""
+    if pp > 1:
+        return f"{'DEP' if attention_dp else 'TP'}{tp},PP{pp}"
     return f"DEP{tp}" if attention_dp else f"{tp}x"
 
 
@@ -136,8 +145,8 @@ def check_spec(spec: SearchSpec) -> None:
         get_gpu(gpu)  # an unknown key is refused naming the table's keys
     if True in (spec.attention_dp or ()):
         check_attention_dp_backend(spec.backend)
-    if any(tp < 1 for tp in spec.tps) or any(b < 1 for b in spec.batch_sizes or ()):
-        raise InvalidInputError("--tp and --batch-sizes take positive integers.", hint="e.g. --tp 1,2,4")
+    if any(n < 1 for n in (*spec.tps, *spec.pps, *(spec.batch_sizes or ()))):
+        raise InvalidInputError("--tp, --pp and --batch-sizes take positive integers.", hint="e.g. --tp 1,2,4")
 
 
 def _kv_options(spec: SearchSpec, scenario_gpu) -> tuple[str, ...]:
@@ -146,22 +155,23 @@ def _kv_options(spec: SearchSpec, scenario_gpu) -> tuple[str, ...]:
     return ("auto", "fp8") if not scenario_gpu.is_cpu else ("auto",)
 
 
-def _layouts(spec: SearchSpec, model: ModelSpec) -> list[tuple[int, bool]]:
-    """(tp, attention_dp) pairs to search: each TP without attention data parallelism, and with it where it applies (the
-    PyTorch backend, an MoE whose experts the TP divides, at TP 2 or more), as the spec asks (None: both)."""
+def _layouts(spec: SearchSpec, model: ModelSpec) -> list[tuple[int, bool, int]]:
+    """(tp, attention_dp, pp) to search: each TP without attention data parallelism, and with it where it applies (the
+    PyTorch backend, an MoE whose experts the TP divides, at TP 2 or more), as the spec asks (None: both); each at every
+    pipeline depth asked."""
     wanted = spec.attention_dp if spec.attention_dp is not None else (False, True)
     out = []
     for tp in spec.tps:
         applies = spec.backend == "pytorch" and model.moe_layer_count and tp > 1 and not model.num_experts % tp
-        out += [(tp, dep) for dep in wanted if not dep or applies or spec.attention_dp == (True,)]
+        out += [(tp, dep, pp) for dep in wanted if not dep or applies or spec.attention_dp == (True,) for pp in spec.pps]
     return out
 
 
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     base = backend_limits(recommend(scenario, "throughput"), spec.backend)
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
-                           kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences
-    top = max(1, min(capacity, MAX_BATCH))
+                           kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences // scenario.pp
+    top = max(1, min(capacity, MAX_BATCH))  # one micro-batch's share of the pipeline's sequences
     batches = spec.batch_sizes or tuple(sorted({2 ** k for k in range(13) if 2 ** k <= top} | {top}))
     budgets = sorted({*TOKEN_BUDGETS, base["max_num_tokens"]})
     return [{**base, "max_batch_size": b, "max_num_tokens": t} for b in batches for t in budgets]
@@ -172,7 +182,7 @@ def _highest(scenario: Scenario, build: dict[str, Any], slo: SloTarget, scale, e
     first = scale(latency(scenario, 1, build, eff))
     if not meets(slo, first):
         return None, first
-    top = scale(latency(scenario, build["max_batch_size"] * scenario.ranks, build, eff))  # every GPU's batch in flight
+    top = scale(latency(scenario, build["max_batch_size"] * scenario.lanes, build, eff))  # every batch in flight
     if meets(slo, top):
         return top, first
     low, high, best = 1, top.concurrency, first
@@ -191,12 +201,12 @@ def _priced(candidate: Candidate, spec: SearchSpec, price: Price | None) -> Cand
     per_replica_rps = candidate.latency.output_tokens_per_s / spec.osl
     replicas = math.ceil(spec.rate / per_replica_rps) if spec.rate else None
     if replicas:
-        update.update(replicas=replicas, gpus_needed=replicas * candidate.tp)
+        update.update(replicas=replicas, gpus_needed=replicas * candidate.gpus)
     if price is not None:
-        gpus = (replicas or 1) * candidate.tp
+        gpus = (replicas or 1) * candidate.gpus
         update.update(
             usd_per_hour=round(price.usd_per_gpu_hour * gpus, 4),
-            usd_per_million_output_tokens=round(price.usd_per_gpu_hour * candidate.tp / (candidate.latency.output_tokens_per_s * 3600) * 1e6, 4),
+            usd_per_million_output_tokens=round(price.usd_per_gpu_hour * candidate.gpus / (candidate.latency.output_tokens_per_s * 3600) * 1e6, 4),
             price_source=f"{price.source} ({price.date})" if price.date else price.source,
         )
     return candidate.model_copy(update=update)
@@ -231,11 +241,11 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
 
         for quant in quants:
             for kv in _kv_options(spec, gpu):
-                for tp, dep in layouts:
-                    name = f"{parallel_label(tp, dep)} {gpu.key} {quant}/kv-{kv}"
+                for tp, dep, pp in layouts:
+                    name = f"{parallel_label(tp, dep, pp)} {gpu.key} {quant}/kv-{kv}"
                     refusal = no_engine or backend_refusal(spec.backend, gpu, quant, kv)
                     try:
-                        scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl, attention_dp=dep).check()
+                        scenario = Scenario(model, gpu, quant, kv, tp, spec.isl, spec.osl, attention_dp=dep, pp=pp).check()
                         eff = backend_efficiency(scenario, spec.backend)
                         grid = [] if refusal else _grid(spec, scenario)
                     except InvalidInputError as error:  # UnsupportedError too: precision, TP split, lengths
@@ -262,9 +272,9 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
                             kv_cache_free_gpu_mem_fraction=build["kv_cache_free_gpu_mem_fraction"],
                             concurrency=found.concurrency, latency=found,
                             interval=calibration.interval(found) if factors else None,
-                            tokens_per_s_per_gpu=round(found.output_tokens_per_s / tp, 2),
+                            tokens_per_s_per_gpu=round(found.output_tokens_per_s / scenario.gpus, 2),
                             tokens_per_s_per_user=found.output_tokens_per_s_per_user,
-                            accuracy=costs.get((quant, kv)), attention_dp=dep,
+                            accuracy=costs.get((quant, kv)), attention_dp=dep, pp=pp,
                         )
                         feasible.append(_priced(candidate, spec, prices.get(gpu.key)))
     best: dict[str, Candidate] = {}
@@ -281,7 +291,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         calibration=calibration.summary() if calibration else None,
         caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
         + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
-           if any(dep for _, dep in layouts) and set(spec.gpus) - {"cpu"} else [])
+           if any(dep for _, dep, _ in layouts) and set(spec.gpus) - {"cpu"} else [])
         + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
         + slo_caveats(set(spec.slo.bounds), set(uncalibrated)),
     )

@@ -10,6 +10,7 @@ planner.timing turns iterations into TTFT, TPOT and throughput.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from pipeline.planner.moe_timing import measured_moe_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_gemm_rate)
 from pipeline.planner.scenario import Scenario
+from pipeline.planner.stages import stage_send_s
 
 BF16 = quant_format("bf16")
 
@@ -36,10 +38,12 @@ class StepTime:
     context_attention_s: float
     allreduce_s: float
     overhead_s: float
+    send_s: float = 0.0  # pipeline stages handing the micro-batch on
 
     @property
     def total_s(self) -> float:
-        return self.gemm_s + self.decode_attention_s + self.context_attention_s + self.allreduce_s + self.overhead_s
+        return (self.gemm_s + self.decode_attention_s + self.context_attention_s + self.allreduce_s + self.overhead_s
+                + self.send_s)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class StepWork:
     context_flops: float
     allreduce_s: float
     num_layers: int
+    sequence_layers: float  # (sequences the executor walks each iteration) x the model's layers: the per-sequence cost's count
+    stages: int = 1  # pipeline stages the micro-batch goes through, each as long as the one laid out here
+    send_s: float = 0.0  # the hand-overs between them
 
     def time(self, eff: Efficiency) -> StepTime:
         if eff.structure != self.structure:
@@ -120,9 +127,10 @@ class StepWork:
         kv_fraction = eff.bandwidth if self.kv_fraction is None else self.kv_fraction
         decode_attention_s = self.kv_read_bytes / (self.hbm * kv_fraction) if self.kv_read_bytes else 0.0
         context_attention_s = self.context_flops / attn_rate if attn_rate else 0.0
-        overhead_s = (eff.step_overhead_per_layer_s + eff.per_sequence_layer_s * self.decode) * self.num_layers
-        return StepTime(self.decode, self.prefill_tokens, gemm_s, decode_attention_s, context_attention_s, self.allreduce_s,
-                        overhead_s)
+        overhead_s = eff.step_overhead_per_layer_s * self.num_layers + eff.per_sequence_layer_s * self.sequence_layers
+        n = self.stages
+        return StepTime(self.decode, self.prefill_tokens, n * gemm_s, n * decode_attention_s, n * context_attention_s,
+                        n * self.allreduce_s, n * overhead_s, self.send_s)
 
 
 def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepTime:
@@ -132,7 +140,17 @@ def step_time(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
 
 
 def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) -> StepWork:
-    """One iteration of `load`, laid out for constants of `eff`'s structure."""
+    """One iteration of `load`, laid out for constants of `eff`'s structure. With pipeline stages: one micro-batch's way
+    through all of them, each timed as the fullest (planner.stages), and the hand-overs between them."""
+    if scenario.pp > 1:
+        tokens = load.decode + load.prefill_tokens
+        send_s = (scenario.pp - 1) * stage_send_s(scenario.model, scenario.gpu, scenario.gpus, tokens)
+        # The per-layer cost is each stage's for its own layers; the per-sequence cost is host work on every request in
+        # flight (each executor iteration walks all of them: py_executor.py @9521caf4 _handle_responses), which each stage
+        # pays per micro-batch for the pp micro-batches' requests.
+        in_flight = load.decode * scenario.pp
+        return dataclasses.replace(step_work(scenario.stage, load, eff), stages=scenario.pp, send_s=send_s,
+                                   sequence_layers=in_flight * scenario.model.num_layers)
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     adp, attention_tp = scenario.attention_dp, scenario.attention_tp
     decode, prefill_tokens = load.decode, load.prefill_tokens
@@ -169,6 +187,7 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         moe_s=(moe_layer_s or 0.0) * model.moe_layer_count, kv_read_bytes=kv_read,
         kv_fraction=_measured_kv_fraction(scenario) if kv_read and eff.kv_bandwidth_measured else None,
         context_flops=context_flops, allreduce_s=_allreduce_s(scenario, tokens, expert_tokens), num_layers=model.num_layers,
+        sequence_layers=decode * model.num_layers,
     )
 
 

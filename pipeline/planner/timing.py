@@ -67,12 +67,12 @@ def tuned_batch_size(capacity: int) -> int:
     return floor if capacity < floor + 128 else capacity
 
 
-def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], isl: int, osl: int) -> int:
-    """Sequences the runtime keeps in flight: KV capacity (no-evict scheduling reserves ISL+OSL),
-    max_batch_size (and the dynamic tuner's pick when the build asks for it), and the max_num_tokens
-    budget for decode tokens plus their prefill share."""
-    token_budget = build["max_num_tokens"] / (1 + isl / osl)
-    return max(1, int(min(_in_flight_limit(memory, build), max(1, token_budget))))
+def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], scenario: Scenario) -> int:
+    """Sequences one batch keeps in flight: KV capacity (no-evict scheduling reserves ISL+OSL), max_batch_size (and the
+    dynamic tuner's pick when the build asks for it), and the max_num_tokens budget for decode tokens plus their prefill
+    share."""
+    token_budget = build["max_num_tokens"] / (1 + scenario.isl / scenario.osl)
+    return max(1, int(min(_in_flight_limit(memory, build, scenario.pp), max(1, token_budget))))
 
 
 def runtime_batch_size(memory: MemoryPlan, build: dict[str, Any]) -> int:
@@ -83,9 +83,10 @@ def runtime_batch_size(memory: MemoryPlan, build: dict[str, Any]) -> int:
     return limit
 
 
-def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any]) -> int:
-    """Requests the runtime holds at once under no-evict admission: its batch limit and the KV capacity at ISL+OSL each."""
-    return max(1, min(memory.max_sequences, runtime_batch_size(memory, build)))
+def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any], micro_batches: int = 1) -> int:
+    """Requests one batch holds at once under no-evict admission: its batch limit and its share of what the KV cache
+    holds at ISL+OSL each (pipeline stages: the micro-batches in flight share every stage's cache)."""
+    return max(1, min(memory.max_sequences // micro_batches, runtime_batch_size(memory, build)))
 
 
 def predict(
@@ -94,7 +95,7 @@ def predict(
     """TTFT, TPOT and output tokens/s for a closed loop of `concurrency` clients (each sends its next
     request when the last one finishes), on an engine built with `build` (default: recommend_build
     for throughput). With attention data parallelism the clients are spread evenly over the GPUs, each scheduling its
-    share within the build's limits."""
+    share within the build's limits; with pipeline stages, over the micro-batches in flight."""
     scenario.check()
     isl, osl = scenario.isl, scenario.osl
     eff = efficiency or EFFICIENCY
@@ -102,9 +103,9 @@ def predict(
         raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
-    ranks = scenario.ranks
-    clients = concurrency / ranks  # per GPU that schedules apart
-    batch = min(clients, _sustainable_batch(memory, build, isl, osl))
+    ranks = scenario.lanes
+    clients = concurrency / ranks  # per batch scheduled apart
+    batch = min(clients, _sustainable_batch(memory, build, scenario))
     prefill_s = prefill_time(scenario, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
     step = mean_step(scenario, iteration_mix(scenario, batch, (batch - 1) * isl / osl, build), eff).total_s
@@ -178,7 +179,7 @@ class ThroughputRun:
 
     def tokens_per_s(self, step: StepTime) -> float:
         """All GPUs' output tokens/s, given the run's mean iteration."""
-        return self.output_tokens / (step.total_s * self.iterations) * self.scenario.ranks
+        return self.output_tokens / (step.total_s * self.iterations) * self.scenario.lanes
 
 
 def throughput_run(scenario: Scenario, build: dict[str, Any], requests: int | None = None) -> ThroughputRun:
@@ -186,17 +187,17 @@ def throughput_run(scenario: Scenario, build: dict[str, Any], requests: int | No
     prefill; for `requests` requests given at once, replayed iteration by iteration (planner/offline.py)."""
     scenario.check()
     memory = fitting_memory(scenario, build)
-    batch = _sustainable_batch(memory, build, scenario.isl, scenario.osl)
+    batch = _sustainable_batch(memory, build, scenario)
     if requests is None:
         return ThroughputRun(scenario, batch, iteration_mix(scenario, batch, batch * scenario.isl / scenario.osl, build),
                              output_tokens=batch, iterations=1)
-    requests = max(1, -(-requests // scenario.ranks))  # one GPU's share
+    requests = max(1, -(-requests // scenario.lanes))  # one batch's share
     if build.get("capacity_scheduler_policy") == "max_utilization":
         run = max_utilization_schedule(scenario.isl, scenario.osl, requests, RunLimits(
             runtime_batch_size(memory, build), build["max_num_tokens"], build.get("chunked_prefill", True),
-            memory.kv_capacity_tokens))
+            memory.kv_capacity_tokens // scenario.pp))
     else:
-        run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build),
+        run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build, scenario.pp),
                                build["max_num_tokens"], build.get("chunked_prefill", True))
     mix = [(group.iterations / run.iterations, StepLoad(group.decode, group.decode_context, group.prefill_tokens,
                                                         group.prefill_context, group.logits_tokens)) for group in run.groups]
@@ -215,8 +216,8 @@ def max_throughput(
     filling as the token budget admits prompts, waves, the last requests draining it; admitted no-evict, or, for a build
     whose capacity_scheduler_policy is "max_utilization", as that scheduler admits and pauses them); throughput is its
     output tokens over the sum of its iterations' times, and the phases its iterations' mean. With attention data
-    parallelism each GPU schedules its share of the requests alone, in step with the others; the batch is all GPUs'
-    together."""
+    parallelism each GPU schedules its share of the requests alone, in step with the others, and with pipeline stages each
+    micro-batch its share; the batch is all of them together."""
     scenario.check()  # before recommend, which assumes a scenario it can plan
     run = throughput_run(scenario, build or recommend(scenario, "throughput"), requests)
     return throughput_estimate(run, efficiency or EFFICIENCY)
@@ -224,24 +225,28 @@ def max_throughput(
 
 def throughput_estimate(run: ThroughputRun, eff: Efficiency) -> ThroughputEstimate:
     """max_throughput's answer for a run already laid out."""
-    scenario, batch, ranks = run.scenario, run.batch, run.scenario.ranks
-    model, gpu, quant, tp = scenario.model, scenario.gpu, scenario.quant, scenario.tp
+    scenario, batch, lanes = run.scenario, run.batch, run.scenario.lanes
+    stage, gpu, quant, tp = scenario.stage, scenario.gpu, scenario.quant, scenario.tp
     step = run.mean_step(eff)
     tokens_per_s = run.tokens_per_s(step)
     phases = {
         "gemm": step.gemm_s, "decode_attention": step.decode_attention_s,
         "context_attention": step.context_attention_s, "allreduce": step.allreduce_s, "overhead": step.overhead_s,
     }
-    read_s = (weight_bytes_read_per_step(model, quant, tp, batch * ranks, attention_dp=scenario.attention_dp)
+    if scenario.pp > 1:
+        phases["pipeline_send"] = step.send_s
+    expert_tokens = batch * scenario.ranks  # one micro-batch's, on every attention-DP rank
+    read_s = (scenario.pp * weight_bytes_read_per_step(stage.model, quant, tp, expert_tokens, attention_dp=scenario.attention_dp)
               / (hbm_bandwidth(gpu) * eff.bandwidth))
     gemm_bound = "weight reads" if gemm_roofline_s(read_s, read_s, eff.gemm_roofline_exponent) >= step.gemm_s else "GEMM compute"
     dominant = max(phases, key=phases.get)
     bound = gemm_bound if dominant == "gemm" else {
         "decode_attention": "KV reads", "context_attention": "context attention",
         "allreduce": "expert all-gather" if scenario.attention_dp else "TP all-reduce", "overhead": "step overhead",
+        "pipeline_send": "stage hand-overs",
     }[dominant]
     return ThroughputEstimate(
-        batch=batch * ranks,
+        batch=batch * lanes,
         step_ms=round(step.total_s * 1e3, 3),
         output_tokens_per_s=round(tokens_per_s, 2),
         bound=bound,

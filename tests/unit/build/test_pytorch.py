@@ -181,7 +181,8 @@ def test_refusals_exit_2(build_root, capsys):
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "a100"]) == 2  # fp8 needs SM 8.9
     assert "cannot run fp8" in capsys.readouterr().err
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--quant", "int8_sq"]) == 2
-    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--pp", "2"]) == 2
+    assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--pp", "3"]) == 2  # 2 layers
+    assert "2 decoder layers" in capsys.readouterr().err
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "h100", "--gemm-plugin", "fp8"]) == 2
     assert run(["build", "--backend", "pytorch", "--checkpoint", str(hf), "--gpu", "cpu", "--tp", "2"]) == 2
     assert run(["build", "--backend", "onnx", "--checkpoint", str(hf), "--gpu", "h100"]) == 2
@@ -300,6 +301,36 @@ def test_read_deployable_and_compatibility(build_root):
     (folder / OPTIONS_FILE).write_text("backend: pytorch\n")  # edited by hand: no longer what the manifest says
     with pytest.raises(InvalidInputError):
         read_deployable(folder)
+
+
+def test_pipeline_stages_set_pipeline_parallel_size_and_limits_per_micro_batch(build_root, capsys):
+    """--pp on the PyTorch backend: pipeline_parallel_size (1.1.0's BaseLlmArgs key, which trtllm-serve --pp_size and the
+    Triton LLM-API model read), the profile's pp, memory of the fullest stage and limits of one micro-batch; refused with
+    --speculative (the pipeline executor runs no draft model), on the CPU, and beyond the model's layers."""
+    from pipeline.core.deployable import read_deployable
+    from pipeline.serve.openai import trtllm_command
+
+    ckpt = make_hf_checkpoint(build_root / "tiny" / "checkpoints" / "hf-fp8", quant="fp8", kv="fp8")
+    plain = plan_pytorch(spec(gpu="l40s", checkpoint=ckpt))
+    result = build_pytorch(spec(gpu="l40s", checkpoint=ckpt, pp=2))
+    options = yaml.safe_load((result.deploy_dir / OPTIONS_FILE).read_text())
+    assert options["pipeline_parallel_size"] == 2 and options["tensor_parallel_size"] == 1
+    assert "pipeline_parallel_size" not in plain.options and "micro-batch" in result.plan.why["pipeline_parallel_size"]
+    assert result.plan.profile.pp == 2 and result.plan.profile.name == "torch-l40s-fp8-kvfp8-tp1-pp2-throughput"
+    assert result.plan.memory.kv_bytes_per_token == plain.memory.kv_bytes_per_token / 2  # one of the 2 layers per stage
+    assert result.plan.limits.max_batch_size <= plain.limits.max_batch_size  # a micro-batch's share of the sequences
+    command = trtllm_command(read_deployable(result.deploy_dir), "0.0.0.0", 8000)
+    assert command[command.index("--pp_size") + 1] == "2"
+    for refused, why in (
+        (["--pp", "2", "--speculative", "ngram"], "runs no draft model"),
+        (["--pp", "3"], "2 decoder layers"),
+    ):
+        argv = ["build", "--backend", "pytorch", "--gpu", "l40s", "--checkpoint", str(ckpt), *refused]
+        assert run(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err, err
+    assert run(["build", "--backend", "pytorch", "--gpu", "cpu", "--checkpoint", str(ckpt), "--pp", "2"]) == 2
+    assert "tp and pp must be 1" in capsys.readouterr().err
 
 
 def _tiny_moe(folder: Path) -> Path:

@@ -98,3 +98,36 @@ def test_plan_prints_the_trtllm_bench_prediction(capsys) -> None:
     assert bench["requests"] == 3000 and bench["output_tokens_per_s"] > 0 and bench["kv_cache_free_gpu_mem_fraction"] == 0.9
     assert run([*BASE, "--slo", "tpot_p99_ms=50", "--trtllm-bench-requests", "3000"]) == 2
     assert "one configuration" in capsys.readouterr().err
+
+
+def test_plan_with_pipeline_stages_and_its_refusals(tmp_path: Path, capsys) -> None:
+    """--pp: one configuration's memory per stage GPU, limits per micro-batch and figures per GPU of all tp x pp; the SLO
+    search takes a list of depths and prices every GPU of a build; what cannot be split so exits 2 with what would work."""
+    one = ["plan", "--model", str(LLAMA_8B), "--isl", "1024", "--osl", "256", "--gpu", "l40s", "--quant", "fp8",
+           "--trtllm-bench-requests", "3000", "--json"]
+    assert run(one) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert run([*one, "--pp", "2"]) == 0
+    staged = json.loads(capsys.readouterr().out)
+    assert staged["pp"] == 2 and single["pp"] == 1
+    assert staged["memory"]["kv_bytes_per_token"] == single["memory"]["kv_bytes_per_token"] / 2
+    assert staged["memory"]["max_sequences"] > 2 * single["memory"]["max_sequences"]
+    bench = staged["trtllm_bench"]
+    assert bench["output_tokens_per_s_per_gpu"] == pytest.approx(bench["output_tokens_per_s"] / 2, abs=0.01)
+    search = [*BASE[:-2], "--slo", "ttft_p99_ms=2000,tpot_p99_ms=60", "--price", "h100=3.9", "--out", str(tmp_path), "--json"]
+    assert run([*search, "--pp", "1,2"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert run([*search, "--pp", "2"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert both["candidates"] > found["candidates"] > 0 and found["feasible"] > 0
+    for c in found["pareto"] + found["best_per_gpu"]:  # counted and priced per GPU of both stages
+        assert c["pp"] == 2 and c["tokens_per_s_per_gpu"] == pytest.approx(c["latency"]["output_tokens_per_s"] / (2 * c["tp"]), abs=0.01)
+        assert c["usd_per_hour"] == pytest.approx(3.9 * 2 * c["tp"], abs=1e-3)
+    for extra, words in ((["--pp", "0"], "positive integers"), (["--pp", "33"], "32 decoder layers"),
+                         (["--pp", "2", "--speculative-acceptance", "0.7"], "pipeline parallelism"),
+                         (["--pp", "1,2"], "one size for one configuration")):
+        assert run([*one[:-1], *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, (extra, err)
+    assert run(["plan", "--model", str(LLAMA_8B), "--gpu", "cpu", "--pp", "2"]) == 2
+    assert "tp and pp must be 1" in capsys.readouterr().err

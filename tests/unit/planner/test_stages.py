@@ -1,0 +1,138 @@
+"""Pipeline parallelism in the planner (planner/stages.py and the Scenario's pp): what a stage holds, what an iteration
+costs through the stages, trtllm-bench's own limits with stages, and the published runs with stages, which no fit sees."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline import planner as P
+from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.planner.stages import pipeline_stage, stage_send_s
+from pipeline.planner.step import StepLoad, step_work
+from pipeline.planner.timing import throughput_run
+
+from planner_cases import script_module
+
+
+def _rtx(model: str, pp: int, isl: int = 1000, osl: int = 1000, tp: int = 1) -> P.Scenario:
+    return P.published_scenario(P.published_model(model), {"precision": "FP4", "gpu": "rtx-pro-6000", "tp": tp, "pp": pp,
+                                                            "isl": isl, "osl": osl})
+
+
+def test_the_fullest_stage_holds_the_first_layers_and_one_table() -> None:
+    """TensorRT-LLM gives the first (layers mod pp) stages one layer more (Mapping.pp_layers, torch.tensor_split): 405B's
+    126 layers over 8 stages are 16,16,16,16,16,16,15,15, so the fullest has 16; it holds one 16-bit table (the first
+    stage the embedding, the last the lm_head), its share of the MoE layers and its layers' attention chunks."""
+    llama405 = P.published_model("llama-3.1-405b")
+    assert pipeline_stage(llama405, 1) is llama405
+    stage = pipeline_stage(llama405, 8)
+    assert stage.num_layers == 16 and stage.tie_word_embeddings and not llama405.tie_word_embeddings
+    assert stage.param_count == pytest.approx(16 / 126 * llama405.linear_params + llama405.embedding_params, rel=0.01)
+    maverick = P.published_model("llama-4-maverick")  # 48 layers, every second one MoE
+    half = pipeline_stage(maverick, 2)
+    assert (half.num_layers, half.moe_layer_count) == (24, maverick.moe_layer_count // 2)
+    scout = P.published_model("llama-4-scout")
+    assert pipeline_stage(scout, 2).attention_chunks == scout.attention_chunks[:scout.num_layers // 2]
+
+
+def test_a_stage_holds_every_sequences_kv_for_its_own_layers() -> None:
+    """Memory is the fullest stage's GPU's: half the layers' weights and KV bytes per token at PP 2, so the pipeline holds
+    more than twice the sequences of one GPU (the weights it no longer holds become KV cache)."""
+    one, two = (P.memory_plan(_rtx("llama-3.3-70b", pp)) for pp in (1, 2))
+    assert two.kv_bytes_per_token == one.kv_bytes_per_token / 2
+    assert two.weights_gib < one.weights_gib / 2 + 2.2  # half the layers and one 16-bit table (2 GiB for 70B)
+    assert two.max_sequences > 2 * one.max_sequences
+
+
+def test_an_iteration_goes_through_every_stage() -> None:
+    """One micro-batch's iteration: each of the pp stages as long as the fullest (its layers, its reads), the hand-overs
+    between them, and the per-sequence host cost counting the requests of every micro-batch in flight (each executor
+    iteration walks all of them); the per-layer cost is each stage's for its own layers."""
+    load = StepLoad(decode=64, decode_context=1500, prefill_tokens=0, prefill_context=0)
+    eff = P.efficiency_for("pytorch")
+    for pp in (2, 4, 8):
+        scenario = _rtx("llama-3.3-70b", pp)
+        work, stage = step_work(scenario, load, eff), step_work(scenario.stage, load, eff)
+        assert (work.stages, work.num_layers) == (pp, math.ceil(80 / pp))
+        assert work.sequence_layers == 64 * pp * 80
+        assert work.send_s == pytest.approx((pp - 1) * stage_send_s(scenario.model, scenario.gpu, pp, 64))
+        timed, alone = work.time(eff), stage.time(eff)
+        assert timed.gemm_s == pytest.approx(pp * alone.gemm_s) and timed.decode_attention_s == pytest.approx(pp * alone.decode_attention_s)
+        assert timed.overhead_s == pytest.approx(pp * (eff.step_overhead_per_layer_s * math.ceil(80 / pp)
+                                                       + eff.per_sequence_layer_s * 64 * pp * 80))
+    assert step_work(_rtx("llama-3.3-70b", 1), load, eff).send_s == 0.0
+    # 2 x 64 tokens x 8192 x 2 bytes over PCIe: tens of microseconds
+    assert 20e-6 < stage_send_s(P.published_model("llama-3.3-70b"), _rtx("llama-3.3-70b", 2).gpu, 2, 64) < 200e-6
+
+
+def test_every_micro_batch_is_a_batch_of_its_own() -> None:
+    """The pp micro-batches in flight each take their share of the requests and of the KV cache: the run's batch is all of
+    them together, and the throughput counts each."""
+    scenario = _rtx("llama-3.3-70b", 4)
+    build = P.recommend_build(scenario, "throughput")
+    run = throughput_run(scenario, build, requests=3000)
+    estimate = P.max_throughput(scenario, build=build, requests=3000, efficiency=P.efficiency_for("pytorch"))
+    assert estimate.batch == 4 * run.batch and run.batch <= build["max_batch_size"]
+    memory = P.memory_plan(scenario, max_num_tokens=build["max_num_tokens"], max_batch_size=build["max_batch_size"],
+                           kv_fraction=build["kv_cache_free_gpu_mem_fraction"])
+    assert build["max_batch_size"] <= memory.max_sequences // 4 + 128  # one micro-batch's share, rounded up
+    assert "pipeline_send" in estimate.phases_ms
+
+
+@pytest.mark.parametrize("pp, isl, osl, max_batch_size, max_num_tokens", [
+    (1, 128, 2048, 224, 2048), (8, 128, 2048, 384, 2048), (8, 2048, 128, 384, 4608), (2, 2048, 128, 256, 4608),
+])
+def test_trtllm_bench_limits_with_stages_are_tuning_pys(pp: int, isl: int, osl: int, max_batch_size: int,
+                                                         max_num_tokens: int) -> None:
+    """calc_engine_setting / finetune_setting (tensorrt_llm/bench/build/tuning.py @04cba882) for Llama 3.3 70B FP4 on the
+    RTX PRO 6000 (95.593 GiB): memory over tp x pp GPUs less 40.61e9 x 0.5 bytes of weights, KV 2 x 80 x 8 x 128 bytes per
+    token; requests = 0.95 x memory / (KV x (ISL+OSL)), raw batch = min(requests, 4096) / pp. At PP 8 and 128/2048:
+    764.74 - 18.91 GiB -> 2133.9 requests -> raw batch 266.7 -> 128 x 3 = 384; tokens 266.7 x 1.0625 -> at least 2048. At
+    2048/128: 266.7 x 17 = 4534 -> 512 x 9 = 4608 (the PyTorch backend: at least ISL + max_batch_size)."""
+    limits = P.published.trtllm_bench_limits(_rtx("llama-3.3-70b", pp, isl, osl), "pytorch")
+    assert (limits["max_batch_size"], limits["max_num_tokens"]) == (max_batch_size, max_num_tokens)
+
+
+def test_stages_are_refused_where_they_cannot_be() -> None:
+    model = P.published_model("llama-3.3-70b")
+    with pytest.raises(InvalidInputError) as beyond:
+        P.Scenario(model, "rtx-pro-6000", "nvfp4", "fp8", pp=81).check()
+    assert "80 decoder layers" in beyond.value.message
+    with pytest.raises(UnsupportedError):
+        P.Scenario(model, "cpu", "fp16", None, pp=2).check()
+
+
+def test_the_pp_table_names_its_source_and_no_fit_sees_it() -> None:
+    rows = P.pp_rows()
+    assert len(rows) == 80 and {r["gpu"] for r in rows} == {"rtx-pro-6000"} and all(int(r["pp"]) > 1 for r in rows)
+    fitted = [*P.published_rows(), *P.more_model_rows()]
+    assert "rtx-pro-6000" not in {r["gpu"] for r in fitted}
+    pages = {"1.0": ("00f37686aa854010d68bcbd0f4ab000221541ca6", "total"), "1.2-dev": ("03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d", "per_gpu")}
+    # each column's table rows in the stored pages: the 1.0 RTX tables (first rows 79, 106, 135, 192, 220) and 1.2-dev's
+    first = {("1.0", "llama-4-scout"): 79, ("1.0", "llama-3.3-70b"): 106, ("1.0", "qwen3-235b-a22b"): 135,
+             ("1.0", "llama-4-maverick"): 192, ("1.0", "llama-3.1-405b"): 220, ("1.2-dev", "llama-3.3-70b"): 173,
+             ("1.2-dev", "qwen3-235b-a22b"): 224, ("1.2-dev", "qwen3-30b-a3b"): 258}
+    for r in rows:
+        start = first[(r["trtllm_version"], r["model"])]
+        assert start <= int(r["line"]) < start + 10 and (r["commit"], r["published_unit"]) == pages[r["trtllm_version"]]
+        gpus = int(r["tp"]) * int(r["pp"])
+        assert r["tokens_per_s"] == r["published_value"] if r["published_unit"] == "total" else int(r["tokens_per_s"]) == int(r["published_value"]) * gpus
+        assert (r["attention_dp"] == "true") == bool(P.published_model(r["model"]).moe_layer_count)
+
+
+# The published runs with stages (scripts/plan_vs_pp.py), never fitted: median / worst |error| %. What the README and the
+# notes quote; the gain over one stage takes out the error a row shares with the same page's one-stage row.
+PP_DENSE = (8.2, 37.6)
+PP_MOE = (18.2, 61.1)
+PP_GAIN = (4.3, 17.6)
+
+
+def test_published_runs_with_stages_are_what_the_readme_quotes() -> None:
+    report = script_module("plan_vs_pp").pp_report()
+    for key, figures in (("dense", PP_DENSE), ("moe", PP_MOE)):
+        assert (report[key]["median_abs_pct_error"], report[key]["max_abs_pct_error"]) == pytest.approx(figures, abs=0.1), key
+    gain = report["gain_over_one_stage"]["summary"]
+    assert (gain["median_abs_pct_error"], gain["max_abs_pct_error"]) == pytest.approx(PP_GAIN, abs=0.1)
+    assert gain["rows"] == 34 and report["summary"]["rows"] == 80
