@@ -99,7 +99,7 @@ ISL ?= 1024
 OSL ?= 128
 .PHONY: plan plan-check
 plan: $(STAMP)
-	$(PIPE) plan --model $(PLAN_MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --isl $(ISL) --osl $(OSL) --goal $(GOAL)
+	$(PIPE) plan --model $(PLAN_MODEL) --gpu $(GPU) --quant $(QUANT) $(if $(KV),--kv-cache $(KV)) --tp $(TP) --pp $(PP) --isl $(ISL) --osl $(OSL) --goal $(GOAL)
 plan-check: $(STAMP)
 	$(BIN)/python scripts/plan_vs_published.py --cv $(if $(RERUN_AIC),--rerun-aiconfigurator)
 	$(BIN)/python scripts/moe_transfer_check.py

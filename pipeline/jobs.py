@@ -131,10 +131,10 @@ def run_engine_job(
     steps.record("download", t, downloaded.path, "reused" if downloaded.skipped else f"{downloaded.bytes / 2**20:.0f} MiB")
 
     t = time.perf_counter()
-    # The PyTorch backend loads one HF checkpoint and shards it at load time: tp goes to build, not convert.
+    # The PyTorch backend loads one HF checkpoint and shards it at load time: tp and pp go to build, not convert.
     pytorch = spec.backend == PYTORCH_BACKEND
     checkpoint = convert(ConvertSpec(model=str(downloaded.path), quant=spec.quant, kv_cache=spec.kv_cache,
-                                     tp=1 if pytorch else spec.tp, pp=spec.pp, gpu=gpu.key, root=spec.root,
+                                     tp=1 if pytorch else spec.tp, pp=1 if pytorch else spec.pp, gpu=gpu.key, root=spec.root,
                                      format=HF_FORMAT if pytorch else TRTLLM_FORMAT), reporter)
     steps.record("convert", t, checkpoint.path, ("reused " if checkpoint.skipped else "")
                  + f"{checkpoint.quant_algo or checkpoint.dtype}, KV {checkpoint.kv_cache_quant_algo or checkpoint.dtype}, {checkpoint.ranks} rank(s)")
@@ -158,7 +158,7 @@ def run_engine_job(
     options = {"slo": spec.slo, "slo_isl": spec.isl, "slo_osl": spec.osl} if spec.slo else {}
     options["lora"] = spec.lora
     if pytorch:
-        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, backend=PYTORCH_BACKEND,
+        build_spec = BuildSpec(gpu=gpu.key, checkpoint=checkpoint.path, goal=spec.goal, tp=spec.tp, pp=spec.pp, backend=PYTORCH_BACKEND,
                                speculative=speculative, **options)
     elif gpu.is_cpu:
         build_spec = BuildSpec(gpu=gpu.key, checkpoint=downloaded.path, quant=spec.quant, kv_cache=spec.kv_cache,
@@ -210,7 +210,7 @@ def _dry_run(spec: EngineJobSpec, steps: _Steps) -> EngineJobResult:
         t = time.perf_counter()
         pytorch = spec.backend == PYTORCH_BACKEND
         plan = plan_build(BuildSpec(gpu=spec.gpu, checkpoint=folder, model=model, quant=spec.quant, kv_cache=spec.kv_cache,
-                                    goal=spec.goal, tp=spec.tp, pp=None if pytorch else spec.pp, backend=spec.backend,
+                                    goal=spec.goal, tp=spec.tp, pp=spec.pp, backend=spec.backend,
                                     speculative=spec.speculative, slo=spec.slo, slo_isl=spec.isl, slo_osl=spec.osl,
                                     lora=spec.lora))
     if pytorch:

@@ -58,6 +58,11 @@ def test_engine_dry_run_plans_from_config_json_alone(tmp_path, monkeypatch, caps
     assert run(["engine", f"local:{model}", "--gpu", "h100", "--quant", "fp8", "--backend", "pytorch", "--dry-run",
                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["steps"][-1]["detail"].startswith("torch-h100-sxm-fp8-tp1-throughput:")
+    # pipeline stages of the PyTorch backend go to its build (the LLM API splits at load time), not to convert
+    assert run(["engine", f"local:{model}", "--gpu", "l40s", "--quant", "fp8", "--backend", "pytorch", "--pp", "2",
+                "--dry-run", "--json"]) == 0
+    detail = json.loads(capsys.readouterr().out)["steps"][-1]["detail"]
+    assert detail.startswith("torch-l40s-fp8-tp1-pp2-throughput:"), detail
     assert not root.exists()
     assert run(["engine", f"local:{tmp_path / 'empty'}", "--gpu", "h100", "--dry-run"]) == 2  # no such folder
 
