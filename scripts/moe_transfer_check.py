@@ -5,7 +5,7 @@ measured. Per GPU: keys checked, median, 90th percentile and worst of those per-
 
     .venv/bin/python scripts/moe_transfer_check.py [--out DIR]     (default build/reports/moe_transfer_check; ~5 s)
 
-The per-GPU figures are the ones the planner's caveat quotes (published.CARRIED_OVER_ERROR), asserted in
+The per-GPU figures are the ones the planner's caveat quotes (caveats.CARRIED_OVER_ERROR), asserted in
 tests/unit/planner/test_moe_timing.py.
 """
 

@@ -12,8 +12,8 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
-from pipeline.planner.published import (TRTLLM_BENCH_KV_FRACTION, accuracy_caveats, bound_caveats, gpu_caveats,
-                                        trtllm_bench_limits)
+from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats
+from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, trtllm_bench_limits
 from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
 from pipeline.planner.rates import Efficiency
 from pipeline.planner.recommend import recommend

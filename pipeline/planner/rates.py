@@ -109,7 +109,7 @@ EFFICIENCY = Efficiency(bandwidth=0.685, compute_16bit=0.796, compute_8bit=0.967
 # since each run is replayed as the scheduler serves it, Qwen3 (both pages) 5.4% and Scout 10.8% (34% and 22% worst).
 # At the dense rate (moe_expert_compute 1.0, still the fallback for a shape no GPU was timed on: planner/moe_timing.py)
 # they were +77% and +57% (Qwen3 with 1.2-dev's rows +74%), and no one fitted share served both (fitted on one, the other
-# stayed 12-38% off); `pipeline plan` says which applies (published.accuracy_caveats).
+# stayed 12-38% off); `pipeline plan` says which applies (caveats.accuracy_caveats).
 # Sliding-window layers (Gemma 2/3, GPT-OSS, Mistral v0.1: ModelSpec.sliding_windows) attend to their last W tokens, and
 # Llama 4's chunked layers (ModelSpec.attention_chunks, passed to the attention by Llama4DecoderLayer) to their own chunk: the
 # PyTorch backend's models pass each layer's window to the attention op (Gemma3Attention and MixtralAttention forward

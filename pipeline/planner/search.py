@@ -23,7 +23,7 @@ from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.memory import memory_plan
 from pipeline.planner.prices import Price
-from pipeline.planner.published import accuracy_caveats, gpu_caveats, slo_caveats
+from pipeline.planner.caveats import accuracy_caveats, gpu_caveats, slo_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario, stored_precision

@@ -13,7 +13,8 @@ from pipeline.core.gpus import get_gpu
 from pipeline.core.quant import quant_format
 from pipeline.planner.entry import PlanSpec, plan
 from pipeline.planner.moe_timing import _moe_table, carried_over, held_out_errors, measured_moe_s, moe_key, moe_timing_for
-from pipeline.planner.published import CARRIED_OVER_ERROR, published_model
+from pipeline.planner.caveats import CARRIED_OVER_ERROR
+from pipeline.planner.published import published_model
 
 GPT_OSS_120B = published_model("gpt-oss-120b")  # 128 MXFP4 experts: silicon timed them on H200, not on H100
 BF16 = quant_format("bf16")
@@ -53,7 +54,7 @@ def test_nothing_to_carry_over_gives_none() -> None:
 
 
 def test_the_caveats_figures_are_what_holding_each_shape_out_gives() -> None:
-    """published.CARRIED_OVER_ERROR, which the plan's caveat quotes, is scripts/moe_transfer_check.py's result."""
+    """caveats.CARRIED_OVER_ERROR, which the plan's caveat quotes, is scripts/moe_transfer_check.py's result."""
     errors = held_out_errors()
     assert set(errors) == set(CARRIED_OVER_ERROR)
     for gpu, (median, p90) in CARRIED_OVER_ERROR.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.planner.prices import load_prices
-from pipeline.planner.published import slo_caveats
+from pipeline.planner.caveats import slo_caveats
 from pipeline.planner.search import SearchSpec, search
 from pipeline.planner.slo import parse_slo
 

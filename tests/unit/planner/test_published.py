@@ -291,7 +291,7 @@ def test_moe_constant_slows_only_the_routed_experts_math() -> None:
 def test_models_outside_the_fit_are_what_the_readme_quotes() -> None:
     """The never-fitted models with their backend's shipped constants; each Mixtral predicted with the MoE constant fitted
     on the other; the shipped constant is the one fitted on both; the planner's MoE caveats quote these figures."""
-    from pipeline.planner.published import accuracy_caveats
+    from pipeline.planner.caveats import accuracy_caveats
 
     report = script_module("plan_vs_more_models").more_models_report(fit=True)
     never = {(m["backend"], m["model"]): m["summary"] for m in report["never_fitted"]}
@@ -398,7 +398,7 @@ def test_more_gpus_table_names_its_source_and_no_fit_sees_it() -> None:
 
 def test_gpus_outside_the_fit_are_what_the_readme_quotes() -> None:
     """Each new GPU's rows with the PyTorch backend's shipped constants; `pipeline plan` quotes these figures for them."""
-    from pipeline.planner.published import gpu_caveats
+    from pipeline.planner.caveats import gpu_caveats
 
     report = script_module("plan_vs_more_models").more_gpus_report()
     groups = {(g["gpu"], g["model"], g["trtllm_version"]): g for g in report["groups"]}
@@ -500,7 +500,7 @@ DEP_AIC = {"b200": ((21.2, 56.4), (7.9, 44.5)), "gb200": ((9.6, 35.1), (5.0, 39.
 
 
 def test_dep_rows_are_what_the_caveat_quotes() -> None:
-    from pipeline.planner.published import accuracy_caveats
+    from pipeline.planner.caveats import accuracy_caveats
 
     report = script_module("plan_vs_more_models").dep_report()
     groups = {(g["model"], g["gpu"], g["tp"]): g for g in report["groups"]}

@@ -1,0 +1,147 @@
+"""What NVIDIA's published figures say of how far to trust a prediction, printed beside it (`pipeline plan`, the SLO
+search): of an MoE prediction, of a GPU no fit saw or no published figure checks, of a PyTorch-backend prediction bound by
+TP's all-reduce, and of a TTFT p50 bound. Each figure is asserted against the report that
+computes it (scripts/plan_vs_*.py) in tests/unit/planner/."""
+
+from __future__ import annotations
+
+from pipeline.planner.published import published_rows
+from pipeline.planner.rates import Efficiency
+from pipeline.planner.shapes import ModelSpec
+
+# What the published rows outside the fit say of MoE predictions (scripts/plan_vs_more_models.py; the figures are asserted
+# against that report in tests/unit/planner/test_published.py).
+_ENGINE_MOE = ("mixture of experts: the routed experts' math is planned at {share} of the dense GEMM rate, fitted on "
+               "TensorRT-LLM 0.17's published Mixtral rows (one Mixtral held out: 4.9% median, 22% worst |error|); MoE "
+               "shapes unlike Mixtral's 8 wide experts (e.g. Qwen3's 128 narrow ones) are untested")
+_PYTORCH_MOE_MEASURED = ("mixture of experts: the routed experts take the MoE layer time NVIDIA measured on silicon for this "
+                         "shape; so timed, its published B200 rows at TP 1 (Qwen3-30B-A3B, Llama 4 Scout; never fitted) came "
+                         "out 3.8% and 10.9% off in the median, 33% and 22% at worst")
+_PYTORCH_MOE_UNMEASURED = ("mixture of experts: no silicon timing of this MoE shape{where}, so the routed experts are planned "
+                           "at the dense GEMM rate, which put the published B200 rows of Qwen3-30B-A3B and Llama 4 Scout "
+                           "+58% and +48% fast (median); treat the throughput as an upper bound and calibrate from your own "
+                           "bench (pipeline plan --calibrate)")
+
+_PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 20B and 120B at TP 1 (1.2-dev page; never fitted, "
+                  "experts timed on silicon) came out 25.3% and 20.9% off in the median, 52% and 31% at worst: the large-batch "
+                  "rows on B200 and GB200 up to 52% fast, 120B on H200 up to 31% slow (AIConfigurator, on the same rows: 24% in "
+                  "the median, 57% at worst); treat the throughput as a rough guide and calibrate from your own bench (pipeline plan --calibrate)")
+
+_PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (1.2-dev page; never fitted) came out, where "
+                "silicon timed the experts at that expert parallelism, 10.0% off in the median and 44% at worst: Llama 4 "
+                "Maverick and Qwen3-235B 3.2-10.0% (median per GPU) on B200 and GB200, but Qwen3-235B 21% and 29% fast on "
+                "H200 and H100, and GPT-OSS 120B 35% fast on B200; treat DEP throughput on Hopper as an upper bound")
+
+
+def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,
+                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None) -> list[str]:
+    """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
+    beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
+    and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism;
+    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement."""
+    if not model.moe_layer_count:
+        return []
+    caveats = _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)
+    return caveats + [_carried_caveat(*moe_carried)] if moe_carried else caveats
+
+
+def _moe_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, moe_measured: bool | None,
+                 attention_dp: bool) -> list[str]:
+    if attention_dp:
+        return [_PYTORCH_DEP] + ([_PYTORCH_MOE_UNMEASURED.format(where=" at this expert parallelism on this GPU and precision")]
+                                 if moe_measured is False else [])
+    if backend == "tensorrt":
+        return [_ENGINE_MOE.format(share=efficiency.moe_expert_compute)]
+    if model.expert_weights == "mxfp4":  # and where silicon did not time its experts on this GPU, what that costs too
+        return [_PYTORCH_MXFP4] + ([_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP")]
+                                   if moe_measured is False else [])
+    if not efficiency.moe_measured or moe_measured is False:
+        return [_PYTORCH_MOE_UNMEASURED.format(where=" on this GPU, precision and TP" if efficiency.moe_measured else "")]
+    if moe_measured:
+        return [_PYTORCH_MOE_MEASURED]
+    return [_PYTORCH_MOE_MEASURED + " (a candidate's GPU that silicon did not time the shape on takes another GPU's "
+            "timing of it, scaled by the shapes both were timed on; where no GPU timed it, the dense GEMM rate, which put "
+            "those rows +58% and +48% fast)"]
+
+
+# How carrying an MoE shape's timing over from another GPU fares, held out shape by shape from NVIDIA's table
+# (moe_timing.held_out_errors, scripts/moe_transfer_check.py): per GPU, median and 90th-percentile |error| %. Asserted
+# against that check in tests/unit/planner/test_moe_timing.py.
+CARRIED_OVER_ERROR = {"a100-80gb": (14.4, 31.4), "b200": (2.2, 27.4), "gb200": (2.3, 31.1), "h100-sxm": (5.6, 18.0),
+                      "h200": (6.2, 20.0), "l40s": (17.7, 53.9), "rtx-pro-6000": (17.1, 74.3)}
+_PYTORCH_MOE_CARRIED = ("mixture of experts: silicon timed this MoE shape on {donor} but not on {gpu}; its experts take "
+                        "{donor}'s measurement, scaled by how {gpu} ran the shapes measured on both{figures}")
+
+
+def _carried_caveat(gpu: str, donor: str) -> str:
+    median, p90 = CARRIED_OVER_ERROR.get(gpu, (None, None))
+    figures = (f" (held out shape by shape from NVIDIA's table, that lands {median:.1f}% from silicon on {gpu} in the "
+               f"median, {p90:.0f}% at the 90th percentile)") if median is not None else ""
+    return _PYTORCH_MOE_CARRIED.format(gpu=gpu, donor=donor, figures=figures)
+
+
+# What the published rows on GPUs no fit saw say (scripts/plan_vs_more_models.py "GPUs outside the fit"; asserted against
+# that report in tests/unit/planner/test_published.py). Keyed by (backend, GPU).
+_GPU_OUTSIDE_FIT = {
+    ("pytorch", "gb200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it came out, for dense models "
+                           "(Llama 3.3 70B, Llama 3.1 405B), 3.9% and 4.8% off in the median (11% and 7.7% worst){moe}"),
+    ("pytorch", "rtx-pro-6000"): ("{gpu}: no fit saw this GPU; NVIDIA's published one-GPU PyTorch-backend rows on it (Llama 3.3 70B, "
+                                  "Qwen3-30B-A3B) came out 5.3% and 6.5% off in the median, 28% and 17% at worst: prefill-bound "
+                                  "rows ran faster than planned and decode-bound ones slower; calibrate from your own bench "
+                                  "(pipeline plan --calibrate)"),
+    ("tensorrt", "gh200"): ("{gpu}: no fit saw this GPU; NVIDIA's published TensorRT 0.17 engine rows on it (FP8, TP 1; never fitted) came "
+                            "out, for dense models (Llama 3.1 8B and 70B, Mistral 7B), 6.5% off in the median and 12% at worst, 21 of "
+                            "26 faster than planned, and Mixtral 8x7B 9.1% (21% worst); that page says its GH200 runs may have used "
+                            "the legacy gptManagerBenchmark harness. Planned as the 96 GB HBM3 GH200 those pages name (the 144 GB "
+                            "HBM3e one holds more KV cache): calibrate from your own bench (pipeline plan --calibrate)"),
+    ("pytorch", "gh200"): ("{gpu}: no fit saw this GPU; NVIDIA's published PyTorch-backend rows on it (TensorRT-LLM 0.21, Llama 3.1 "
+                           "8B FP8, TP 1; never fitted) came out 3.3% off in the median, 11% at worst. Planned as the 96 GB HBM3 "
+                           "GH200 that page names (the 144 GB HBM3e one holds more KV cache)"),
+}
+_GB200_MOE = ("; for MoE models (Qwen3-30B-A3B, Llama 4 Scout) 33% and 34%, mostly fast: those runs published as little as "
+              "0.61x B200's figures for the same rows, below what the GPU's figures allow; treat MoE throughput on it as an "
+              "upper bound")
+_GPU_UNCHECKED = ("{gpu}: no figure NVIDIA published for {what} on this GPU checks the prediction; it rests on the GPU's "
+                  "datasheet figures (pipeline/data/gpus.json) and constants fitted on other GPUs: calibrate from your own "
+                  "bench (pipeline plan --calibrate)")
+
+
+def gpu_caveats(gpu: str, backend: str, *, moe: bool = False) -> list[str]:
+    """What the published rows say about predictions on this GPU with this backend: nothing where a fit saw its rows; the
+    never-fitted figures where NVIDIA published rows no fit saw; else that nothing published checks it. The CPU has none
+    (pipeline bench measures it)."""
+    if gpu == "cpu":
+        return []
+    if (backend, gpu) in _GPU_OUTSIDE_FIT:
+        return [_GPU_OUTSIDE_FIT[(backend, gpu)].format(gpu=gpu, moe=_GB200_MOE if moe else "")]
+    if gpu in {r["gpu"] for r in published_rows(backend)}:
+        return []
+    return [_GPU_UNCHECKED.format(gpu=gpu, what="TensorRT engines" if backend == "tensorrt" else "the PyTorch backend")]
+
+
+# What NVIDIA's 0.20 runs say of PyTorch-backend predictions bound by TP's all-reduce, a regime no row of that backend's
+# fit is in (scripts/plan_vs_earlier_release.py; asserted against that report in tests/unit/planner/test_earlier_release.py).
+_PYTORCH_ALL_REDUCE = ("TP's all-reduce bounds this prediction, and no published run the PyTorch backend's constants were "
+                       "fitted on is so bound; TensorRT-LLM 0.20's published runs that are (Llama 3.3 70B at TP 8 on B200, H100 "
+                       "and H200, Llama 3.1 405B at TP 8 on B200; never fitted) came out 7.4% fast in the median, 15% at worst "
+                       "(that release's runs of configurations the fit saw: +2.4% on average): treat the throughput as an upper "
+                       "bound, or calibrate from your own bench (pipeline plan --calibrate)")
+
+
+def bound_caveats(backend: str, bound: str | None) -> list[str]:
+    """What the published rows say of a prediction dominated by `bound` (ThroughputEstimate.bound) on this backend."""
+    return [_PYTORCH_ALL_REDUCE] if backend == "pytorch" and bound == "TP all-reduce" else []
+
+
+# What NVIDIA's published NIM serving runs say of a TTFT p50 bound (scripts/plan_vs_nim.py; asserted against that report in
+# tests/unit/planner/test_nim_serving.py).
+_TTFT_P50 = ("a ttft_p50_ms bound is checked against the predicted p50 TTFT (one prompt's prefill and its wait behind the "
+             "other clients' prompts); NVIDIA's published NIM serving runs of a TensorRT-LLM engine (Llama 3.3 70B FP8 on 2x "
+             "H100, 5000/500 at 5-50 clients; never fitted) measured mean TTFTs of 1.2-1.3x that prediction, while their TPOT "
+             "and tokens/s came within 3.2% and 4.3% of it: bound TTFT with ttft_p99_ms (its prediction covered every "
+             "published mean TTFT of more than one client), or calibrate from your own bench (pipeline plan --calibrate)")
+
+
+def slo_caveats(slo_keys: set[str], gpus: set[str]) -> list[str]:
+    """What the published serving runs say of an SLO search over these keys on these GPUs (the CPU's are measured here)."""
+    return [_TTFT_P50] if "ttft_p50_ms" in slo_keys and gpus - {"cpu"} else []
