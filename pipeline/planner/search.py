@@ -23,7 +23,7 @@ from pipeline.planner.calibrate import Calibration
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.memory import memory_plan
 from pipeline.planner.prices import Price
-from pipeline.planner.caveats import accuracy_caveats, gpu_caveats, slo_caveats
+from pipeline.planner.caveats import accuracy_caveats, gpu_caveats, pp_caveats, slo_caveats
 from pipeline.planner.rates import Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario, stored_precision
@@ -293,7 +293,8 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
            if any(dep for _, dep, _ in layouts) and set(spec.gpus) - {"cpu"} else [])
         + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
-        + slo_caveats(set(spec.slo.bounds), set(uncalibrated)),
+        + slo_caveats(set(spec.slo.bounds), set(uncalibrated))
+        + (pp_caveats(max(spec.pps), spec.backend) if set(spec.gpus) - {"cpu"} else []),
     )
 
 

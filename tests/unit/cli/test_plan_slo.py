@@ -110,6 +110,8 @@ def test_plan_with_pipeline_stages_and_its_refusals(tmp_path: Path, capsys) -> N
     assert run([*one, "--pp", "2"]) == 0
     staged = json.loads(capsys.readouterr().out)
     assert staged["pp"] == 2 and single["pp"] == 1
+    assert any(c.startswith("pipeline stages:") for c in staged["caveats"]) and not any(
+        c.startswith("pipeline stages:") for c in single["caveats"])
     assert staged["memory"]["kv_bytes_per_token"] == single["memory"]["kv_bytes_per_token"] / 2
     assert staged["memory"]["max_sequences"] > 2 * single["memory"]["max_sequences"]
     bench = staged["trtllm_bench"]
@@ -120,6 +122,7 @@ def test_plan_with_pipeline_stages_and_its_refusals(tmp_path: Path, capsys) -> N
     assert run([*search, "--pp", "2"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert both["candidates"] > found["candidates"] > 0 and found["feasible"] > 0
+    assert any(c.startswith("pipeline stages:") for c in found["caveats"])
     for c in found["pareto"] + found["best_per_gpu"]:  # counted and priced per GPU of both stages
         assert c["pp"] == 2 and c["tokens_per_s_per_gpu"] == pytest.approx(c["latency"]["output_tokens_per_s"] / (2 * c["tp"]), abs=0.01)
         assert c["usd_per_hour"] == pytest.approx(3.9 * 2 * c["tp"], abs=1e-3)

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.planner.caveats import pp_caveats
 from pipeline.planner.stages import pipeline_stage, stage_send_s
 from pipeline.planner.step import StepLoad, step_work
 from pipeline.planner.timing import throughput_run
@@ -136,3 +137,9 @@ def test_published_runs_with_stages_are_what_the_readme_quotes() -> None:
     gain = report["gain_over_one_stage"]["summary"]
     assert (gain["median_abs_pct_error"], gain["max_abs_pct_error"]) == pytest.approx(PP_GAIN, abs=0.1)
     assert gain["rows"] == 34 and report["summary"]["rows"] == 80
+    torch, = pp_caveats(2, "pytorch")
+    assert (f"{PP_DENSE[0]:.1f}% off in the median and {PP_DENSE[1]:.0f}% at worst for dense models" in torch
+            and f"one stage {PP_GAIN[0]:.1f}% / {PP_GAIN[1]:.0f}%" in torch and f"{PP_MOE[0]:.0f}% / {PP_MOE[1]:.0f}%" in torch)
+    assert report["moe"]["mean_signed_pct_error"] > 0  # "mostly fast"
+    engines, = pp_caveats(4, "tensorrt")
+    assert engines.startswith(torch) and "no published engine run" in engines and pp_caveats(1, "pytorch") == []
