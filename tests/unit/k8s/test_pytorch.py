@@ -114,6 +114,17 @@ def test_openai_manifests_validate_with_gpu_affinity_and_security(build_root: Pa
     assert one(result.out_dir, "Deployment")["metadata"]["name"].startswith("trtllm-serve-demo-")
 
 
+def test_pipeline_stages_get_every_gpu_and_the_pp_size(build_root: Path) -> None:
+    """A deployable built with --pp 2 (pipeline_parallel_size in its options, pp in its profile): each pod holds tp x pp
+    GPUs and trtllm-serve is told --pp_size as the options say."""
+    profile, folder = make_deployable(build_root, tp=2, pp=2, options={"pipeline_parallel_size": 2})
+    result = render_k8s(K8sSpec(engine_dir=folder, api="openai"))
+    assert profile.world_size == 4
+    assert_gpu_pod(result.out_dir, profile)
+    command = container(result.out_dir)["command"]
+    assert command[command.index("--tp_size") + 1] == "2" and command[command.index("--pp_size") + 1] == "2"
+
+
 def test_openai_command_is_trtllm_serve_on_the_bundle(build_root: Path) -> None:
     profile, folder = make_deployable(build_root, tp=2)
     result = render_k8s(K8sSpec(engine_dir=folder, api="openai"))
