@@ -27,7 +27,8 @@ def deployment(tokenizer_dir: Path | None) -> dict[str, Any] | None:
     return {
         "model": profile.get("model"), "gpu": profile["gpu"], "backend": profile.get("backend") or "tensorrt",
         "runtime": profile.get("runtime"), "quant": profile.get("quant"), "kv_cache": profile.get("kv_cache"),
-        "tp": profile.get("tp", 1), "attention_dp": bool(profile.get("attention_dp")), "max_batch_size": profile.get("max_batch_size"),
+        "tp": profile.get("tp", 1), "pp": profile.get("pp", 1), "attention_dp": bool(profile.get("attention_dp")),
+        "max_batch_size": profile.get("max_batch_size"),
         "max_num_tokens": profile.get("max_num_tokens"),
         "kv_cache_free_gpu_mem_fraction": slo_plan.get("kv_cache_free_gpu_mem_fraction", 0.9),
         "engine_dir": str(Path(tokenizer_dir).parent), "slo_plan": slo_plan or None,
@@ -56,7 +57,8 @@ def planned_beside_measured(dep: dict[str, Any] | None, levels: list[dict[str, A
         if not lv.get("concurrency") or not lv.get("completed"):
             continue
         isl, osl = int(round(lv["isl"]["mean"])), int(round(lv["osl"]["mean"]))
-        scenario = Scenario(model, plan_target(dep["gpu"]), dep["quant"] or "fp16", dep["kv_cache"], int(dep["tp"] or 1), isl, osl)
+        scenario = Scenario(model, plan_target(dep["gpu"]), dep["quant"] or "fp16", dep["kv_cache"], int(dep["tp"] or 1), isl, osl,
+                            attention_dp=bool(dep.get("attention_dp")), pp=int(dep.get("pp") or 1))
         predicted = latency(scenario, int(lv["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl},
                             backend_efficiency(scenario, dep["backend"])).scaled(factors, plan.get("offsets_ms"))
         measured = {f"{m}_{s}_ms": (lv.get(f"{m}_ms") or {}).get(s) for m in ("ttft", "tpot") for s in ("p50", "p99")}

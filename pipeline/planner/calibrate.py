@@ -120,7 +120,7 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
             continue
         isl, osl = int(round(level["isl"]["mean"])), int(round(level["osl"]["mean"]))
         scenario = Scenario(model, target, dep.get("quant") or "fp16", dep.get("kv_cache"), int(dep.get("tp") or 1), isl, osl,
-                            attention_dp=bool(dep.get("attention_dp")))  # a DEP deployment's bench (older ones lack the key)
+                            attention_dp=bool(dep.get("attention_dp")), pp=int(dep.get("pp") or 1))  # older benches lack the keys
         predicted = latency(scenario, int(level["concurrency"]), {**build, "max_input_len": isl, "max_seq_len": isl + osl},
                             backend_efficiency(scenario, dep.get("backend") or "tensorrt"))
         for metric, keys in METRICS.items():

@@ -143,3 +143,35 @@ def test_published_runs_with_stages_are_what_the_readme_quotes() -> None:
     assert report["moe"]["mean_signed_pct_error"] > 0  # "mostly fast"
     engines, = pp_caveats(4, "tensorrt")
     assert engines.startswith(torch) and "no published engine run" in engines and pp_caveats(1, "pytorch") == []
+
+
+def test_a_staged_deployments_bench_is_predicted_with_its_stages(tmp_path) -> None:
+    """bench records the profile's pp in its deployment; calibration (and the plan beside the measurement) predicts that
+    deployment with its stages, not as one GPU."""
+    import json
+
+    from pipeline.bench.deployment import deployment
+    from pipeline.core.gpus import get_gpu
+    from pipeline.planner.calibrate import _pairs
+    from pipeline.planner.slo import latency
+
+    from planner_cases import LLAMA_8B
+
+    engine = tmp_path / "engine"
+    (engine / "tokenizer").mkdir(parents=True)
+    profile = {"model": "llama-3.1-8b", "gpu": "l40s", "quant": "fp8", "kv_cache": "fp8", "tp": 1, "pp": 2,
+               "max_batch_size": 64, "max_num_tokens": 4096, "backend": "pytorch"}
+    (engine / "manifest.json").write_text(json.dumps({"stage": "build", "profile": profile}))
+    dep = deployment(engine / "tokenizer")
+    assert dep["pp"] == 2
+    level = {"concurrency": 8, "completed": 8, "isl": {"mean": 1024}, "osl": {"mean": 128},
+             "ttft_ms": {"p50": 100.0, "p99": 200.0}, "tpot_ms": {"p50": 20.0, "p99": 30.0}}
+    model = P.model_spec_from_config(LLAMA_8B)
+    predicted = {m: p for m, _, p in _pairs({"deployment": dep, "levels": [level]}, model, get_gpu("l40s")) if m == "tpot"}
+    build = {"max_batch_size": 64, "max_num_tokens": 4096, "kv_cache_free_gpu_mem_fraction": 0.9, "max_input_len": 1024,
+             "max_seq_len": 1152}
+    scenario = P.Scenario(model, "l40s", "fp8", "fp8", 1, 1024, 128, pp=2)
+    staged = latency(scenario, 8, build, P.efficiency_for("pytorch"))
+    alone = latency(scenario.replace(pp=1), 8, build, P.efficiency_for("pytorch"))
+    assert predicted["tpot"] in (pytest.approx(staged.tpot_p50_ms), pytest.approx(staged.tpot_p99_ms))
+    assert staged.tpot_p50_ms != pytest.approx(alone.tpot_p50_ms)
