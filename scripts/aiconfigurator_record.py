@@ -24,9 +24,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-COLUMNS = ("backend", "model", "gpu", "tp", "precision", "isl", "osl", "batch", "aiconfigurator_tokens_per_s", "status",
+COLUMNS = ("backend", "model", "gpu", "tp", "pp", "precision", "isl", "osl", "batch", "aiconfigurator_tokens_per_s", "status",
            "aiconfigurator_version", "system", "database_version", "date", "command")
-KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
+KEY = ("backend", "model", "gpu", "tp", "pp", "precision", "isl", "osl")
 
 
 class _Timeout(Exception):
@@ -41,10 +41,12 @@ def parallelism(job: dict) -> dict:
     """A job's parallelism: --tp-size TP, and for an MoE (its `moe_tp` key) the experts split by TP and not by EP, as
     trtllm-bench builds them without --ep; a DEP job (its `attention_dp` key, the published DEP rows) attention data
     parallel over the TP GPUs with the experts spread over them (--tp-size 1 --attention-dp-size TP --moe-tp-size 1
-    --moe-ep-size TP; its batch is then each GPU's, as AIConfigurator counts it)."""
+    --moe-ep-size TP; its batch is then each GPU's, as AIConfigurator counts it); with pipeline stages (its `pp`), --pp-size
+    as well (its batch then one micro-batch's: AIConfigurator's agg throughput counts pp of them in flight)."""
+    stages = {"pp_size": job["pp"]} if int(job.get("pp", 1)) > 1 else {}
     if job.get("attention_dp"):
-        return {"tp_size": 1, "attention_dp_size": job["tp"], "moe_tp_size": 1, "moe_ep_size": job["tp"]}
-    return {"tp_size": job["tp"], **({"moe_tp_size": job["moe_tp"], "moe_ep_size": 1} if job.get("moe_tp") else {})}
+        return {"tp_size": 1, "attention_dp_size": job["tp"], "moe_tp_size": 1, "moe_ep_size": job["tp"], **stages}
+    return {"tp_size": job["tp"], **({"moe_tp_size": job["moe_tp"], "moe_ep_size": 1} if job.get("moe_tp") else {}), **stages}
 
 
 def command_line(job: dict) -> str:
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     done: set[tuple[str, ...]] = set()
     if args.out.exists():
         with open(args.out, encoding="utf-8") as handle:
-            done = {tuple(r[k] for k in KEY) for r in csv.DictReader((l for l in handle if not l.startswith("#")), delimiter="\t")}
+            done = {tuple(r.get(k) or "1" for k in KEY)  # a table recorded before the pp column: one stage
+                    for r in csv.DictReader((l for l in handle if not l.startswith("#")), delimiter="\t")}
     new = not args.out.exists()
     version = metadata.version("aiconfigurator")
     cache: dict[tuple, tuple[str, str, str]] = {}
@@ -106,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         if new:
             out.writerow(COLUMNS)
         for job in jobs:
+            job = {"pp": 1, **job}
             if tuple(str(job[k]) for k in KEY) in done:
                 continue
-            same = (job["config_hash"], job["system"], job["tp"], job["gemm"], job["kv"], job["isl"], job["osl"], job["batch"],
-                    bool(job.get("attention_dp")), job.get("moe_quant"))
+            same = (job["config_hash"], job["system"], job["tp"], job["pp"], job["gemm"], job["kv"], job["isl"], job["osl"],
+                    job["batch"], bool(job.get("attention_dp")), job.get("moe_quant"))
             if same not in cache:
                 cache[same] = fitting_estimate(job, args.timeout)
             tokens, status, db, asked = cache[same]
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             out.writerow([*(job[k] for k in KEY), asked, tokens, status, version, job["system"], db,
                           dt.date.today().isoformat(), command_line(job)])
             handle.flush()
-            print(f"{job['backend']} {job['model']} {job['gpu']} tp{job['tp']} {job['precision']} {job['isl']}/{job['osl']}"
+            print(f"{job['backend']} {job['model']} {job['gpu']} tp{job['tp']} pp{job['pp']} {job['precision']} {job['isl']}/{job['osl']}"
                   f" bs{job['batch']}: {tokens or status}", flush=True)
     return 0
 

@@ -37,7 +37,7 @@ TABLE = "aiconfigurator_predictions.tsv"  # in pipeline/data
 # recorders read silicon tables for, those of the fits and those no fit sees.
 SYSTEMS = FITTED_SYSTEMS | ADDED_SYSTEMS
 QUANT = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8"), "FP16": ("bfloat16", "bfloat16"), "BF16": ("bfloat16", "bfloat16")}
-KEY = ("backend", "model", "gpu", "tp", "precision", "isl", "osl")
+KEY = ("backend", "model", "gpu", "tp", "pp", "precision", "isl", "osl")
 UNSUPPORTED = {"MistralForCausalLM"}  # architectures AIConfigurator 0.12 refuses ("not supported"): not asked
 PROVENANCE = ("aiconfigurator_version", "database_version", "system", "command", "date", "status")
 _HEADER = """\
@@ -54,7 +54,10 @@ _HEADER = """\
 # total. The model folders hold config.json from pipeline/data/published_models/<model>.json (keys starting with `_` dropped).
 # A row that both the 1.0 and the 1.2-dev pages publish (1000/1000 at the same model, GPU, TP and precision) is asked
 # once per page, with the same answer; so is a row of trtllm_published_throughput_0_20.tsv (TensorRT-LLM 0.20's runs) that a
-# later page publishes at the same model, GPU, TP, precision and ISL/OSL.
+# later page publishes at the same model, GPU, TP, precision and ISL/OSL. The rows of trtllm_published_throughput_pp.tsv
+# (pipeline stages, `pp` above 1; every other row has pp 1) were added with --record-missing-aiconfigurator: --pp-size PP,
+# and --batch-size one micro-batch's (the planner's batch over PP, and over TP too for the DEP ones), as AIConfigurator's
+# agg estimate counts PP micro-batches in flight.
 """
 
 
@@ -69,7 +72,7 @@ def quant_modes(row: dict[str, Any]) -> tuple[str, str]:
 
 
 def _key(row: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(row[k]) for k in KEY)
+    return tuple(str(row.get(k) or 1) if k == "pp" else str(row[k]) for k in KEY)  # compared rows name pp only above 1
 
 
 def recorded_predictions(text: str | None = None) -> dict[tuple[str, ...], dict[str, str]]:
@@ -141,11 +144,14 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         # experts split by TP, no EP (trtllm-bench's default); DEP rows: attention DP, experts over the GPUs, batch per GPU
         spec = P.published_model(row["model"])
         moe = {"moe_tp": row["tp"]} if spec.moe_layer_count else {}
+        pp = int(row.get("pp") or 1)  # AIConfigurator's batch is one micro-batch's; it counts pp of them in flight
         if row.get("attention_dp"):
-            moe = {"attention_dp": True, "batch": max(1, row["batch"] // row["tp"])}
+            moe = {"attention_dp": True, "batch": max(1, row["batch"] // (row["tp"] * pp))}
+        elif pp > 1:
+            moe = {**moe, "batch": max(1, row["batch"] // pp)}
         if spec.moe_layer_count and row["precision"] != "MXFP4":  # the experts at the row's precision, as its checkpoint
             moe["moe_quant"] = gemm  # holds them (AIConfigurator's default for a config without quantization_config: BF16)
-        out.append({**{k: row[k] for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
+        out.append({**{k: row.get(k, 1) for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out
 

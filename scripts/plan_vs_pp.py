@@ -6,7 +6,8 @@ Per table column (model, TP, PP, attention DP), then dense and MoE apart, and th
 the same page's row of the same model, TP (or DEP) and ISL/OSL with one stage (pipeline/data/trtllm_published_throughput_more_gpus.tsv,
 trtllm_published_throughput_dep.tsv), predicted over published, which takes out the error both share (the GPU's, the
 model's) and leaves the stages' own. scripts/plan_vs_published.py
-calls it; run alone it prints the same lines.
+calls it; run alone it prints the same lines. AIConfigurator's recorded estimates of the same rows (and of the one-stage
+rows, for its gain) stand beside ours.
 """
 
 from __future__ import annotations
@@ -15,17 +16,26 @@ import sys
 from typing import Any
 
 from pipeline import planner as P
+from plan_vs_aiconfigurator import annotate, side_by_side
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {**P.error_summary(rows), "mean_signed_pct_error": round(sum(r["error_pct"] for r in rows) / len(rows), 2)}
+    """Ours, and AIConfigurator's over the rows its recorded table estimates (pipeline/data/aiconfigurator_predictions.tsv:
+    --pp-size, the batch one micro-batch's), where it has any."""
+    out = {**P.error_summary(rows), "mean_signed_pct_error": round(sum(r["error_pct"] for r in rows) / len(rows), 2)}
+    theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in rows if "aiconfigurator_error_pct" in r]
+    if theirs:
+        out["aiconfigurator"] = {**P.error_summary(theirs),
+                                 "mean_signed_pct_error": round(sum(r["error_pct"] for r in theirs) / len(theirs), 2)}
+    return out
 
 
 def _gain_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows whose page published the same model, TP (or DEP) and ISL/OSL with one stage on this GPU: the error of the
     predicted gain (the stages' figure over the one-stage figure) against the published gain, as error_pct."""
-    one_stage = {(r["trtllm_version"], r["model"], r["tp"], bool(r.get("attention_dp")), r["isl"], r["osl"]): r
-                 for r in P.compare_published(None, [*P.more_gpu_rows(), *P.dep_rows()]) if r["gpu"] == "rtx-pro-6000"}
+    single = [r for r in P.compare_published(None, [*P.more_gpu_rows(), *P.dep_rows()]) if r["gpu"] == "rtx-pro-6000"]
+    annotate(single)
+    one_stage = {(r["trtllm_version"], r["model"], r["tp"], bool(r.get("attention_dp")), r["isl"], r["osl"]): r for r in single}
     out = []
     for row in rows:
         base = one_stage.get((row["trtllm_version"], row["model"], row["tp"], bool(row.get("attention_dp")), row["isl"], row["osl"]))
@@ -33,13 +43,19 @@ def _gain_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         predicted = row["predicted_tokens_per_s"] / base["predicted_tokens_per_s"]
         published = row["published_tokens_per_s"] / base["published_tokens_per_s"]
-        out.append({**row, "predicted_gain": round(predicted, 3), "published_gain": round(published, 3),
-                    "error_pct": round(100 * (predicted / published - 1), 2)})
+        gain = {**row, "predicted_gain": round(predicted, 3), "published_gain": round(published, 3),
+                "error_pct": round(100 * (predicted / published - 1), 2)}
+        gain.pop("aiconfigurator_error_pct", None)
+        if "aiconfigurator_tokens_per_s" in row and "aiconfigurator_tokens_per_s" in base:
+            theirs = row["aiconfigurator_tokens_per_s"] / base["aiconfigurator_tokens_per_s"]
+            gain["aiconfigurator_error_pct"] = round(100 * (theirs / published - 1), 2)
+        out.append(gain)
     return out
 
 
 def pp_report() -> dict[str, Any]:
     rows = P.compare_published(None, P.pp_rows())
+    aic = annotate(rows)
     groups = []
     for version, model, tp, pp, dep in sorted({(r["trtllm_version"], r["model"], r["tp"], r["pp"], bool(r.get("attention_dp")))
                                                  for r in rows}):
@@ -51,15 +67,19 @@ def pp_report() -> dict[str, Any]:
     return {"table": "pipeline/data/trtllm_published_throughput_pp.tsv", "summary": _summary(rows),
             "dense": _summary([r for r in rows if not r.get("attention_dp")]),
             "moe": _summary([r for r in rows if r.get("attention_dp")]),
-            "gain_over_one_stage": {"summary": _summary(gain), "rows": gain}, "groups": groups}
+            "gain_over_one_stage": {"summary": _summary(gain), "rows": gain}, "groups": groups,
+            "aiconfigurator": {**aic, "per_gpu": side_by_side(rows)}}
 
 
 def pp_lines(report: dict[str, Any]) -> list[str]:
     prefix = "pipeline parallelism (RTX PRO 6000, never fitted):"
 
     def figures(s: dict[str, Any]) -> str:
+        theirs = s.get("aiconfigurator")
         return (f"median |error| {s['median_abs_pct_error']:5.1f}%, worst {s['max_abs_pct_error']:5.1f}%, mean signed "
-                f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows")
+                f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows"
+                + (f"; AIConfigurator {theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
+                   f"{theirs['mean_signed_pct_error']:+.1f}% on {theirs['rows']}" if theirs else ""))
 
     lines = [f"{prefix} {g['trtllm_version']:7s} {g['model']:16s} {'DEP' if g['attention_dp'] else 'TP'}{g['tp']},PP{g['pp']}: "
              + figures(g["summary"]) for g in report["groups"]]

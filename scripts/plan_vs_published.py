@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
         every += P.compare_published(None, P.more_model_rows()) + P.compare_published(None, P.more_gpu_rows())
         every += P.compare_published(None, P.dep_rows()) + P.compare_published(None, P.earlier_release_rows())
+        every += P.compare_published(None, P.pp_rows())
         rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE, keep=args.record_missing_aiconfigurator)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)

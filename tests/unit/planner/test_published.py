@@ -173,18 +173,21 @@ def test_fit_script_writes_json_csv_and_png(tmp_path: Path, monkeypatch: pytest.
 def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     """Every recorded row names AIConfigurator's version, the command and the date (and, where it answered, its database),
     and matches a published row; the 70B FP8 rows on H100 and H200, the L40S rows, the MoE rows, the rows of the GPUs
-    outside the fit and 0.20's runs are there."""
+    outside the fit, 0.20's runs and the runs with pipeline stages are there."""
     aic = script_module("plan_vs_aiconfigurator")
     recorded = aic.recorded_predictions()
     dep = {aic._key(r) for r in P.dep_rows()}
     published = {aic._key(r) for r in published_rows() + P.more_model_rows() + P.more_gpu_rows() + P.earlier_release_rows()}
-    assert recorded and set(recorded) <= published | dep and not published & dep  # a DEP row's key is its own
+    staged = {aic._key(r) for r in P.pp_rows()}
+    assert recorded and set(recorded) <= published | dep | staged and not published & dep  # a DEP row's key is its own
+    assert staged <= set(recorded) and not staged & (published | dep)  # every run with stages, keyed by its pp
     for key, row in recorded.items():
         # a row AIConfigurator refused (its own OOM check) has no answer, so no database version that answered
         assert all(row[column] for column in aic.PROVENANCE if column != "database_version"), row
         assert row["aiconfigurator_version"] == "0.12.0" and row["command"].startswith("aiconfigurator cli estimate ")
-        parallel = (f"--tp-size 1 --attention-dp-size {row['tp']} --moe-tp-size 1 --moe-ep-size {row['tp']} " if key in dep
-                    else f"--tp-size {row['tp']} ")
+        dep_row = key in dep or (key in staged and P.published_model(row["model"]).moe_layer_count)
+        parallel = (f"--tp-size 1 --attention-dp-size {row['tp']} --moe-tp-size 1 --moe-ep-size {row['tp']} " if dep_row
+                    else f"--tp-size {row['tp']} ") + (f"--pp-size {row['pp']} " if key in staged else "")
         assert f"--batch-size {row['batch']} " in row["command"] and parallel in row["command"]
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"])
         if row["status"].startswith("ok"):
@@ -193,7 +196,7 @@ def test_recorded_aiconfigurator_table_names_its_provenance() -> None:
     for gpu in ("h100-sxm", "h200"):
         assert any(r["gpu"] == gpu and "70b" in r["model"] and r["precision"] == "FP8" for r in ok)
     assert any(r["gpu"] == "l40s" for r in ok)
-    moe = [r for k, r in recorded.items() if r["model"].startswith(("mixtral", "qwen3", "llama-4")) and k not in dep]
+    moe = [r for k, r in recorded.items() if r["model"].startswith(("mixtral", "qwen3", "llama-4")) and k not in dep | staged]
     assert moe and all(f"--moe-tp-size {r['tp']} --moe-ep-size 1 " in r["command"] for r in moe)
     # the experts at the row's precision (AIConfigurator's default without a quantization_config would be BF16)
     assert all(f"--moe-quant-mode {'fp8' if r['precision'] == 'FP8' else 'nvfp4'} " in r["command"]
