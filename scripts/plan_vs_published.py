@@ -49,7 +49,7 @@ from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
 from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_vs_aiconfigurator import KEY as AIC_KEY, TABLE as AIC_TABLE, annotate, rerun, side_by_side  # noqa: E402
+from plan_vs_aiconfigurator import TABLE as AIC_TABLE, _key as aic_key, annotate, rerun, side_by_side  # noqa: E402
 from plan_vs_earlier_release import earlier_release_report, plot_panel as earlier_release_panel  # noqa: E402
 from plan_vs_earlier_release import report_lines as earlier_release_lines  # noqa: E402
 from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
@@ -248,7 +248,7 @@ def write_side_by_side(report: dict[str, Any], csv_path: Path, png_path: Path) -
 
 def _row_id(row: dict[str, Any]) -> tuple[str, ...]:
     """A published row: AIConfigurator's key plus the perf-overview version (1.0 and 1.2-dev publish some rows twice)."""
-    return (*(str(row[k]) for k in AIC_KEY), str(row["trtllm_version"]))
+    return (*aic_key(row), str(row["trtllm_version"]))
 
 
 def _print_comparison(backend: str, comparison: list[dict[str, Any]], eff: P.Efficiency) -> None:

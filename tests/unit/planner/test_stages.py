@@ -183,3 +183,14 @@ def test_a_staged_deployments_bench_is_predicted_with_its_stages(tmp_path) -> No
     alone = latency(scenario.replace(pp=1), 8, build, P.efficiency_for("pytorch"))
     assert predicted["tpot"] in (pytest.approx(staged.tpot_p50_ms), pytest.approx(staged.tpot_p99_ms))
     assert staged.tpot_p50_ms != pytest.approx(alone.tpot_p50_ms)
+
+
+def test_a_row_with_or_without_stages_has_one_id_in_the_reports() -> None:
+    """plan_vs_published's row id (AIConfigurator's key and the page): compared rows name pp only above 1, the recorded
+    table always; both forms meet (the --cv held-out join once failed on rows without pp)."""
+    published = script_module("plan_vs_published")
+    aic = script_module("plan_vs_aiconfigurator")
+    plain, = P.compare_published(None, P.more_gpu_rows()[:1])
+    staged, = P.compare_published(None, P.pp_rows()[:1])
+    assert "pp" not in plain and staged["pp"] == 2
+    assert published._row_id(plain)[:-1] == aic._key({**plain, "pp": "1"}) and aic._key(staged)[4] == "2"
