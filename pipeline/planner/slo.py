@@ -186,7 +186,9 @@ def latency(scenario: Scenario, concurrency: int, build: dict[str, Any], eff: Ef
     """p50 and p99 of TTFT and TPOT (module docstring) for `concurrency` clients on an engine built with `build`."""
     eff = eff or EFFICIENCY
     p50 = predict(scenario, concurrency, build=build, efficiency=eff)
-    burst = _burst(scenario, math.ceil(min(concurrency, p50.batch) / scenario.ranks), build, eff)  # one GPU's prompts
+    # one batch's prompts: each attention-DP GPU's, each pipeline micro-batch's (whose iterations are whole passes through the
+    # stages while the other micro-batches' run beside them)
+    burst = _burst(scenario, math.ceil(min(concurrency, p50.batch) / scenario.lanes), build, eff)
     waves = math.ceil(concurrency / p50.batch) - 1
     osl = scenario.osl
     wave_s = sum(burst) + (osl - 1) * p50.tpot_ms / 1e3  # a wave: its prompts' burst, then its decode

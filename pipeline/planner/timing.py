@@ -103,8 +103,8 @@ def predict(
         raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
     build = build or recommend(scenario, "throughput")
     memory = fitting_memory(scenario, build)
-    ranks = scenario.lanes
-    clients = concurrency / ranks  # per batch scheduled apart
+    lanes = scenario.lanes
+    clients = concurrency / lanes  # per batch scheduled apart
     batch = min(clients, _sustainable_batch(memory, build, scenario))
     prefill_s = prefill_time(scenario, build["max_num_tokens"], eff)
     # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
@@ -120,10 +120,10 @@ def predict(
         latency = ttft + (osl - 1) * step
     return Prediction(
         concurrency=concurrency,
-        batch=int(batch * ranks),
+        batch=int(batch * lanes),
         ttft_ms=round(ttft * 1e3, 3),
         tpot_ms=round(step * 1e3, 3),
-        output_tokens_per_s=round(throughput * ranks, 2),
+        output_tokens_per_s=round(throughput * lanes, 2),
         output_tokens_per_s_per_user=round(osl / latency, 3),
         request_latency_s=round(latency, 4),
     )
