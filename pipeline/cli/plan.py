@@ -100,9 +100,10 @@ def plan_command(
     result = plan(spec)
     OUT.result(result, table=_table(result))
     if not result.fits:
-        options = "; ".join(f"--tp {a.tp} --quant {a.quant} --kv-cache {a.kv_cache}" for a in result.alternatives)
+        options = "; ".join(a.flags() for a in result.alternatives)
         raise UnsupportedError(
-            f"{result.model['name']} ({result.quant}, {result.tp}x {result.gpu}) has no room for one "
+            f"{result.model['name']} ({result.quant}, {result.tp}x {result.gpu}"
+            + (f" in {result.pp} pipeline stages" if result.pp > 1 else "") + ") has no room for one "
             f"{isl + osl}-token sequence: {result.memory.weights_gib:.1f} GiB of weights per GPU on "
             f"{result.memory.gpu_memory_gib:.0f} GiB.",
             hint=f"What would fit: {options}." if options else "Shorten ISL+OSL or choose a GPU with more memory.",
@@ -140,7 +141,7 @@ def _table(result: PlanResult):
         ["max sequences", f"{mem.max_sequences} at {result.isl + result.osl} tokens" + ("" if mem.fits else "  DOES NOT FIT")],
     ]
     for alt in result.alternatives:
-        rows.append(["would fit", f"--tp {alt.tp} --quant {alt.quant} --kv-cache {alt.kv_cache} ({alt.max_sequences} sequences)"])
+        rows.append(["would fit", f"{alt.flags()} ({alt.max_sequences} sequences)"])
     if result.prediction is not None:
         p = result.prediction
         rows += [

@@ -116,6 +116,11 @@ class Alternative(BaseModel):
     quant: str
     kv_cache: str
     max_sequences: int
+    pp: int = 1
+
+    def flags(self) -> str:
+        """The options that ask for it (`pipeline plan`, `pipeline build`)."""
+        return f"--tp {self.tp}" + (f" --pp {self.pp}" if self.pp > 1 else "") + f" --quant {self.quant} --kv-cache {self.kv_cache}"
 
 
 class MemoryPlan(BaseModel):
@@ -171,8 +176,9 @@ def memory_plan(
 
 
 def alternatives(scenario: Scenario) -> list[Alternative]:
-    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision (not on the CPU, whose
-    reference runtime is one process), then smaller precisions (with an FP8 KV cache where the GPU runs one) at this TP."""
+    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision, and a deeper pipeline at this
+    TP (neither on the CPU, whose reference runtime is one process), then smaller precisions (with an FP8 KV cache where
+    the GPU runs one) at this split."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     found: list[Alternative] = []
     for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():
@@ -182,7 +188,15 @@ def alternatives(scenario: Scenario) -> list[Alternative]:
             continue
         mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)
         if mem.fits:
-            found.append(Alternative(tp=size, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences))
+            found.append(Alternative(tp=size, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences,
+                                     pp=scenario.pp))
+            break
+    for stages in (2, 4, 8) if not gpu.is_cpu else ():  # PCIe GPUs: stages pass far less over the link than TP
+        if stages <= scenario.pp or stages > model.num_layers:
+            continue
+        mem = memory_plan(scenario.replace(pp=stages), max_num_tokens=2048, max_batch_size=8)
+        if mem.fits:
+            found.append(Alternative(tp=tp, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences, pp=stages))
             break
     current_bits = bits_per_weight(quant)
     for name in ("fp8", "int8_wo", "int4_awq", "nvfp4"):
@@ -192,7 +206,8 @@ def alternatives(scenario: Scenario) -> list[Alternative]:
         other_kv = kv_cache_format("fp8") if gpu.can_run_kv(kv_cache_format("fp8")) else kv
         mem = memory_plan(scenario.replace(quant=other, kv=other_kv), max_num_tokens=2048, max_batch_size=8)
         if mem.fits:
-            found.append(Alternative(tp=tp, quant=other.name, kv_cache=other_kv.name, max_sequences=mem.max_sequences))
+            found.append(Alternative(tp=tp, quant=other.name, kv_cache=other_kv.name, max_sequences=mem.max_sequences,
+                                     pp=scenario.pp))
     return found
 
 
@@ -201,13 +216,14 @@ def what_fits_hint(scenario: Scenario) -> str:
     if not options:
         return (f"Shorten ISL+OSL ({scenario.isl + scenario.osl}) or choose a GPU with more memory than "
                 f"{scenario.gpu.key}.")
-    return "What fits: " + "; ".join(f"--tp {a.tp} --quant {a.quant} --kv-cache {a.kv_cache} ({a.max_sequences} sequences)" for a in options)
+    return "What fits: " + "; ".join(f"{a.flags()} ({a.max_sequences} sequences)" for a in options)
 
 
 def refuse_no_fit(scenario: Scenario) -> None:
     s = scenario
     raise UnsupportedError(
-        f"{s.model.name} at {s.quant.name} on {s.tp}x {s.gpu.key} leaves no room for one {s.isl + s.osl}-token sequence.",
+        f"{s.model.name} at {s.quant.name} on {s.tp}x {s.gpu.key}" + (f" in {s.pp} pipeline stages" if s.pp > 1 else "")
+        + f" leaves no room for one {s.isl + s.osl}-token sequence.",
         hint=what_fits_hint(scenario),
     )
 

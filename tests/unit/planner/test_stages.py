@@ -194,3 +194,38 @@ def test_a_row_with_or_without_stages_has_one_id_in_the_reports() -> None:
     staged, = P.compare_published(None, P.pp_rows()[:1])
     assert "pp" not in plain and staged["pp"] == 2
     assert published._row_id(plain)[:-1] == aic._key({**plain, "pp": "1"}) and aic._key(staged)[4] == "2"
+
+
+def test_a_burst_of_prompts_is_split_over_the_micro_batches() -> None:
+    """p99 TTFT (a burst of prompts arriving together): with pipeline stages each micro-batch prefills its share of the
+    burst, its iterations whole passes through the stages while the others' run beside them; not every prompt in one
+    queue of whole passes, which would make a deeper pipeline look slower to first token than it is."""
+    from pipeline.planner.slo import _burst, latency
+
+    scenario = _rtx("llama-3.3-70b", 4, 1000, 200)
+    build = P.recommend_build(scenario, "throughput")
+    eff = P.efficiency_for("pytorch")
+    at = latency(scenario, 64, build, eff)
+    assert at.batch >= 64
+    assert at.ttft_p99_ms == pytest.approx(max(sum(_burst(scenario, 16, build, eff)) * 1e3, at.ttft_p50_ms), rel=1e-3)
+    assert at.ttft_p99_ms < sum(_burst(scenario, 64, build, eff)) * 1e3
+
+
+def test_what_would_fit_names_a_deeper_pipeline(capsys) -> None:
+    """Llama 3.1 405B in NVFP4 (~228 GB of weights) on one 96 GB RTX PRO 6000: the plan names TP 4 and, at this TP, 4
+    pipeline stages (the published RTX PRO 6000 runs of 405B use TP1,PP8)."""
+    from importlib import resources
+
+    from pipeline.cli import run
+
+    model = P.published_model("llama-3.1-405b")
+    scenario = P.Scenario(model, "rtx-pro-6000", "nvfp4", "fp8", 1, 1000, 1000)
+    assert not P.memory_plan(scenario).fits
+    options = {(a.tp, a.pp) for a in P.alternatives(scenario)}
+    assert {(4, 1), (1, 4)} <= options
+    assert P.memory_plan(scenario.replace(pp=4)).fits and not P.memory_plan(scenario.replace(pp=2)).fits
+    config = resources.files("pipeline.data").joinpath("published_models", "llama-3.1-405b.json")
+    assert run(["plan", "--model", str(config), "--gpu", "rtx-pro-6000", "--quant", "nvfp4", "--kv-cache", "fp8",
+                "--isl", "1000", "--osl", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp 1 --pp 4 --quant nvfp4 --kv-cache fp8" in err and "--tp 4 --quant nvfp4" in err
