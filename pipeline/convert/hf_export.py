@@ -87,7 +87,7 @@ def check_hf_request(fmt: QuantFormat, kv: KvCacheFormat, tp: int, pp: int) -> N
     if tp > 1 or pp > 1:
         raise InvalidInputError(
             f"--format hf writes one unsharded checkpoint; --tp {tp} --pp {pp} was given.",
-            hint="Drop --tp/--pp here: the PyTorch backend shards the checkpoint when it loads it; give --tp to "
+            hint="Drop --tp/--pp here: the PyTorch backend shards the checkpoint when it loads it; give --tp and --pp to "
             "`pipeline build --backend pytorch`.",
         )
 
