@@ -108,8 +108,8 @@ def is_dep_row(row: dict[str, Any]) -> bool:
 # finetune_setting; the same heuristic serves `trtllm-bench build` and, via get_settings, `throughput --backend pytorch`):
 # memory = device GiB x GPUs (tp x pp) - param_count x bytes per weight (FP8 1, NVFP4 0.5, else 2), no reserve; KV bytes per
 # token over the whole TP group with max(tp, kv_heads) heads; x 0.95; requests = memory / (KV bytes x (ISL+OSL));
-# max_batch_size (per micro-batch) from min(requests, 4096) / pp rounded up (at least 64), max_num_tokens from the UNROUNDED requests x (1 + ISL/OSL), capped 32768,
-# rounded up (at least 2048). At run time the batch is further capped by the real KV cache (planner.memory).
+# max_batch_size (one micro-batch's) from min(requests, 4096) / pp rounded up (at least 64), max_num_tokens from that
+# UNROUNDED batch x (1 + ISL/OSL), capped 32768, rounded up (at least 2048). At run time the batch is further capped by the real KV cache (planner.memory).
 # PyTorch backend: chunked prefill is off unless asked (tensorrt_llm/bench/benchmark/utils/general.py@0171265e get_settings:
 # then max_num_tokens = max(heuristic, max ISL + max_batch_size)); the 1.0 page's llm_options.yml asks only for CUDA graphs
 # (NVIDIA/TensorRT-LLM@00f37686 docs/source/performance/perf-overview.md). The 0.17 engine runs need chunked context: their
