@@ -14,6 +14,7 @@ One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl,
 - timing: prefill_time, predict, max_throughput (a ThroughputRun timed);
 - published: published_rows, more_model_rows, more_gpu_rows, dep_rows, pp_rows, earlier_release_rows, published_model, trtllm_bench_throughput, compare_published (the check
   against published figures of both backends), error_summary, log_loss (loss_over: the same, for a fit), comparison_log_loss;
+- caveats: what those figures say beside a plan (MoE, GPUs no fit saw, TP's all-reduce bound, TTFT p50, pipeline stages);
 - entry: plan() with PlanSpec / PlanResult.
 """
 
