@@ -174,7 +174,8 @@ def what_would_fit(target: EngineTarget, limits: Limits, *, roomy: bool = False)
     gpu, quant, kv = target.gpu, target.quant, target.kv
     isl, _ = limits.isl_osl
     ideas = [
-        (f"--tp {a.tp}" if a.pp == target.pp else f"--pp {a.pp}") if a.quant == quant.name and a.kv_cache == kv.name
+        (f"--tp {a.tp}" if a.pp == target.pp else f"--pp {a.pp} (an engine: convert again with it)")
+        if a.quant == quant.name and a.kv_cache == kv.name
         else f"--quant {a.quant}" + ("" if a.kv_cache == "auto" else f" --kv-cache {a.kv_cache}") + " (convert again)"
         for a in planner.alternatives(target.scenario(*limits.isl_osl))
         if a.max_sequences >= least and not gpu.is_cpu

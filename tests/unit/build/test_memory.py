@@ -82,3 +82,16 @@ def test_low_memory_is_reported_with_a_fix(tmp_path, monkeypatch, capsys):
     assert code == 0
     assert plan["memory"]["low_memory"] is True
     assert any("low memory" in note and "--tp 2" in note for note in plan["notes"])
+
+
+def test_what_would_fit_names_stages_and_says_an_engine_converts_again() -> None:
+    """Llama 3.1 405B NVFP4 on one RTX PRO 6000 does not fit: the build names a larger TP and a deeper pipeline, which an
+    engine takes at convert (its checkpoint fixes pp)."""
+    from pipeline.build.memory import what_would_fit
+    from pipeline.planner import published_model
+
+    target = EngineTarget(published_model("llama-3.1-405b"), get_gpu("rtx-pro-6000"), QUANT_FORMATS["nvfp4"],
+                          KV_CACHE_FORMATS["fp8"], 1, 1)
+    assert not estimate(target, LIMITS).fits
+    ideas = what_would_fit(target, LIMITS)
+    assert "--tp 4" in ideas and "--pp 4 (an engine: convert again with it)" in ideas
