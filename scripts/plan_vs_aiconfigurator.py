@@ -151,7 +151,7 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
             moe = {**moe, "batch": max(1, row["batch"] // pp)}
         if spec.moe_layer_count and row["precision"] != "MXFP4":  # the experts at the row's precision, as its checkpoint
             moe["moe_quant"] = gemm  # holds them (AIConfigurator's default for a config without quantization_config: BF16)
-        out.append({**{k: row.get(k, 1) for k in (*KEY, "batch")}, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
+        out.append({**{k: row[k] for k in (*KEY, "batch") if k != "pp"}, "pp": pp, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,
                     "model_dir": str(folder), "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]})
     return out
 

@@ -13,7 +13,7 @@ from typing import Any
 from pipeline import planner as P
 from pipeline.planner.published import bench_requests
 from plan_vs_aiconfigurator import annotate, side_by_side
-from plan_vs_more_models import mean_signed
+from plan_vs_more_models import mean_signed, signed_summary
 
 TABLE = "pipeline/data/trtllm_published_throughput_0_20.tsv"
 
@@ -51,14 +51,10 @@ def earlier_release_report() -> dict[str, Any]:
     new = [r for g in groups if not g["fit_saw_config"] for r in g["rows"]]
     all_reduce = [r for r in counted if r["bound"] == "TP all-reduce"]
     aic["per_gpu"] = side_by_side(counted)
-    return {"table": TABLE, "summary": _signed_summary(counted), "with_steady_state_rows": _signed_summary(rows),
-            "configs_the_fit_saw": _signed_summary(seen), "tp_the_fit_never_saw": _signed_summary(new),
-            "all_reduce_bound": {**_signed_summary(all_reduce), "configs": sorted({_config(r) for r in all_reduce})},
+    return {"table": TABLE, "summary": signed_summary(counted), "with_steady_state_rows": signed_summary(rows),
+            "configs_the_fit_saw": signed_summary(seen), "tp_the_fit_never_saw": signed_summary(new),
+            "all_reduce_bound": {**signed_summary(all_reduce), "configs": sorted({_config(r) for r in all_reduce})},
             "groups": groups, "aiconfigurator": aic}
-
-
-def _signed_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
-    return {**P.error_summary(comparison), "mean_signed_pct_error": round(mean_signed(comparison), 2)}
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:

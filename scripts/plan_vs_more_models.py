@@ -135,6 +135,11 @@ def mean_signed(comparison: list[dict[str, Any]]) -> float:
     return sum(r["error_pct"] for r in comparison) / len(comparison)
 
 
+def signed_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
+    """error_summary with the mean signed error %."""
+    return {**P.error_summary(comparison), "mean_signed_pct_error": round(mean_signed(comparison), 2)}
+
+
 def _as_dense(backend: str, model: str) -> dict[str, Any]:
     """For an MoE whose backend times its experts on silicon: the same rows with the experts at the dense GEMM rate."""
     eff = P.efficiency_for(backend)

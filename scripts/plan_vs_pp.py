@@ -17,16 +17,16 @@ from typing import Any
 
 from pipeline import planner as P
 from plan_vs_aiconfigurator import annotate, side_by_side
+from plan_vs_more_models import signed_summary
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Ours, and AIConfigurator's over the rows its recorded table estimates (pipeline/data/aiconfigurator_predictions.tsv:
     --pp-size, the batch one micro-batch's), where it has any."""
-    out = {**P.error_summary(rows), "mean_signed_pct_error": round(sum(r["error_pct"] for r in rows) / len(rows), 2)}
+    out = signed_summary(rows)
     theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in rows if "aiconfigurator_error_pct" in r]
     if theirs:
-        out["aiconfigurator"] = {**P.error_summary(theirs),
-                                 "mean_signed_pct_error": round(sum(r["error_pct"] for r in theirs) / len(theirs), 2)}
+        out["aiconfigurator"] = signed_summary(theirs)
     return out
 
 
