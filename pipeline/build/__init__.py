@@ -28,10 +28,11 @@ from pipeline.build.runner import run_logged
 from pipeline.build.draft import EnginePlanInputs, build_draft_engine, plan_speculation
 from pipeline.build.speculative import SpeculativeSpec, decide
 from pipeline.core.deployable import DEFAULT_BACKEND, PYTORCH_BACKEND, Backend
-from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError, UnsupportedError
-from pipeline.core.gpus import GpuSpec, get_gpu
+from pipeline.core.errors import InvalidInputError, StageFailedError, ToolMissingError
+from pipeline.core.gpus import GpuSpec, check_one_cpu_process, get_gpu
 from pipeline.core.paths import stage_dir
 from pipeline.planner import Goal, check_tp
+from pipeline.planner.stages import check_pp
 from pipeline.planner.shapes import check_attention_dp_backend
 from pipeline.build.profiles import BuildProfile, check_engine_compatible, engine_built_version
 from pipeline.core.quant import kv_cache_format, quant_format
@@ -148,9 +149,7 @@ def _reference_input(ckpt: CheckpointInfo, spec: BuildSpec) -> tuple[CheckpointI
     """The reference runtime serves HF weights; a quantized precision (from --quant or the converted
     checkpoint) is simulated with ModelOpt fake quantization when the server loads the model."""
     notes: list[str] = []
-    if (spec.tp or 1) > 1 or (spec.pp or 1) > 1:
-        raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
-                               hint="Drop --tp/--pp for --gpu cpu.")
+    check_one_cpu_process(spec.tp or 1, spec.pp or 1)
     quant = quant_format(spec.quant or ckpt.quant).name
     kv = kv_cache_format(spec.kv_cache or ckpt.kv_cache).name
     if ckpt.kind == "trtllm":
@@ -195,8 +194,7 @@ def plan_build(spec: BuildSpec) -> BuildPlan | TorchPlan:
     if not gpu.is_cpu:
         check_buildable(gpu, quant, kv)
     check_tp(ckpt.shape, ckpt.tp)
-    if ckpt.pp > ckpt.shape.num_layers:
-        raise UnsupportedError(f"pp {ckpt.pp} exceeds the model's {ckpt.shape.num_layers} layers.", hint="Use a smaller --pp.")
+    check_pp(ckpt.shape, ckpt.pp)
     lora = plan_lora(list(spec.lora), engine_shape(ckpt, gpu.is_cpu), spec.max_lora_rank, list(spec.lora_target_modules))
     target = EngineTarget(ckpt.shape, gpu, quant, kv, ckpt.tp, ckpt.pp, spec.goal)
     slo_plan, given = slo_limits(ckpt.hf_dir or ckpt.path, target, spec)  # pipeline/build/slo.py

@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.build.llm_args import check_options
 from pipeline.core.errors import UnsupportedError
-from pipeline.core.gpus import GpuSpec
+from pipeline.core.gpus import GpuSpec, check_one_cpu_process
 from pipeline.planner.shapes import ModelSpec, check_attention_dp, check_tp
 from pipeline.planner.stages import check_pp
 
@@ -26,9 +26,8 @@ def check_split(spec: Any, model: ModelSpec, gpu: GpuSpec) -> tuple[int, int]:
     --attention-dp an MoE whose experts the GPUs share evenly; a layer for every stage; one process on the CPU; and
     without what DEP or pipeline stages are not planned with."""
     tp, pp = spec.tp or 1, spec.pp or 1
-    if gpu.is_cpu and tp * pp > 1:
-        raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
-                               hint="Drop --tp and --pp for --gpu cpu.")
+    if gpu.is_cpu:
+        check_one_cpu_process(tp, pp)
     check_pp(model, pp)
     if pp > 1 and spec.speculative:
         raise UnsupportedError("--speculative is not planned with --pp: TensorRT-LLM's pipeline executor runs no draft model.",

@@ -100,6 +100,13 @@ def get_gpu(key: str) -> GpuSpec:
     return table[normalized]
 
 
+def check_one_cpu_process(tp: int, pp: int) -> None:
+    """The reference runtime (`--gpu cpu`) runs in one process: refuse a tensor or pipeline split of it."""
+    if tp * pp > 1:
+        raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
+                               hint="Drop --tp and --pp for --gpu cpu.")
+
+
 def check_precision(gpu: GpuSpec, quant: QuantFormat, kv: KvCacheFormat) -> None:
     """Refuse a weight or KV precision the GPU cannot run, naming what would work instead."""
     if not gpu.can_run(quant):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.core.gpus import GpuSpec, check_precision, get_gpu
+from pipeline.core.errors import InvalidInputError
+from pipeline.core.gpus import GpuSpec, check_one_cpu_process, check_precision, get_gpu
 from pipeline.planner.rates import require_figures
 from pipeline.planner.shapes import ModelSpec, check_attention_dp, check_tp, model_spec_from_config
 from pipeline.planner.stages import check_pp, pipeline_stage
@@ -135,9 +135,8 @@ class Scenario:
         else:
             check_tp(self.model, self.tp)
         check_pp(self.model, self.pp)
-        if self.gpu.is_cpu and self.gpus > 1:  # as pipeline build --gpu cpu refuses it (build/pytorch.py, build/__init__.py)
-            raise UnsupportedError("The reference runtime runs on one CPU process: tp and pp must be 1.",
-                                   hint="Drop --tp and --pp for --gpu cpu.")
+        if self.gpu.is_cpu:  # as pipeline build --gpu cpu refuses it (build/parallel.py, build/__init__.py)
+            check_one_cpu_process(self.tp, self.pp)
         if self.isl < 1 or self.osl < 1:
             raise InvalidInputError("ISL and OSL must be at least 1 token.", hint="e.g. --isl 1024 --osl 128")
         window = self.model.max_position_embeddings
