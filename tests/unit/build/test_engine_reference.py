@@ -68,21 +68,39 @@ def test_changed_checkpoint_rebuilds(build_root):
     assert not second.cached and second.plan.profile.model_revision != first.plan.profile.model_revision
 
 
-def test_trtllm_checkpoint_on_the_cpu_serves_its_hf_source(tmp_path, build_root):
-    hf = tiny_hf(build_root / "tiny" / "hf")
-    ckpt = build_root / "tiny" / "checkpoints" / "fp8-tp1-abc"
+def _fp8_checkpoint(build_root: Path, hf: Path, pp: int) -> Path:
+    """A converted FP8 checkpoint of the tiny model (2 layers), split into `pp` stages, whose manifest names its source."""
+    ckpt = build_root / "tiny" / "checkpoints" / f"fp8-tp1-pp{pp}-abc"
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text(json.dumps({
         "architecture": "LlamaForCausalLM", "dtype": "float16", "hidden_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
         "max_position_embeddings": 4096, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None},
-        "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}}))
+        "mapping": {"world_size": pp, "tp_size": 1, "pp_size": pp}}))
     (ckpt / "manifest.json").write_text(json.dumps({"hf_dir": str(hf), "files": {}}))
+    return ckpt
+
+
+def test_trtllm_checkpoint_on_the_cpu_serves_its_hf_source(tmp_path, build_root):
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    ckpt = _fp8_checkpoint(build_root, hf, pp=1)
     plan = plan_build(BuildSpec(gpu="cpu", checkpoint=ckpt))
     assert plan.checkpoint == hf.resolve() and plan.profile.model == "tiny"
     # the checkpoint's precision is kept and simulated by the runtime, not silently dropped
     assert plan.profile.quant == "fp8" and plan.profile_name == "ref-cpu-fp8-tp1-throughput"
     assert any("simulated with ModelOpt fake quantization" in note for note in plan.notes)
+
+
+def test_an_engine_checkpoint_with_more_stages_than_layers_is_refused(tmp_path, build_root, capsys):
+    """The engine path refuses the checkpoint's own pipeline split as the plan and the PyTorch build refuse --pp: a
+    stage without a decoder layer (planner.stages.check_pp), before any flag is planned. Both limits are given, so the
+    planner (whose Scenario refuses it too) is not asked: the refusal is the engine path's own."""
+    hf = tiny_hf(build_root / "tiny" / "hf")
+    ckpt = _fp8_checkpoint(build_root, hf, pp=4)
+    assert run(["build", "--checkpoint", str(ckpt), "--gpu", "h100", "--max-batch-size", "8", "--max-num-tokens", "512"]) == 2
+    err = capsys.readouterr().err
+    assert "--pp 4" in err and "2 decoder layers" in err and "between 1 and 2" in err
+    assert not (build_root / "tiny" / "engines").exists()
 
 
 def test_cpu_quant_is_recorded_for_the_runtime_to_simulate(build_root):
