@@ -12,12 +12,13 @@ from pipeline.cli._plan_search import (BatchSizesOpt, CalibrateOpt, GpusOpt, Pla
                                       SloOpt, TpsOpt, calibrate_only, int_list, search_command)
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.output import OUT, simple_table
+from pipeline.download.config import planning_config
 from pipeline.planner import PlanResult, PlanSpec, plan
 from pipeline.planner.entry import SpeculationInput
 
 PlanGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key from `pipeline gpus` (one configuration; --slo searches --gpus).")]
 PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16). A quantized checkpoint (hf_quant_config.json, config.json quantization_config) is planned as stored.")]
-ModelConfigOpt = Annotated[Path, typer.Option("--model", help="HF model folder or its config.json (no weights needed).")]
+ModelConfigOpt = Annotated[str, typer.Option("--model", help="HF model folder or its config.json (no weights needed); hf:org/name[@revision] (its config.json alone is fetched); or a model whose shapes ship with the pipeline, e.g. llama-3.1-405b.")]
 IslOpt = Annotated[int, typer.Option("--isl", min=1, help="Input sequence length (prompt tokens).")]
 OslOpt = Annotated[int, typer.Option("--osl", min=1, help="Output sequence length (generated tokens).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Concurrent clients for the latency prediction.")]
@@ -75,6 +76,7 @@ def plan_command(
 
     With --slo: which build on which GPU meets TTFT/TPOT SLOs, and at what cost; with --calibrate: how far off it is."""
     set_json(json_output)
+    model = planning_config(model)
     if trtllm_bench_requests and (slo or calibrate):
         raise InvalidInputError("--trtllm-bench-requests predicts one configuration's trtllm-bench run, not a search or a "
                                 "calibration.", hint="Give --gpu KEY (and --quant, --tp) without --slo/--calibrate.")

@@ -20,11 +20,12 @@ is reported and the artifact is made again. Progress and events go to the `Repor
 (`pipeline.core.reporting`; silent by default, the CLI renders them).
 
 One room per concern:
-  download_sources.py  SOURCE strings understood (hf:, local:, gguf:, demo) or refused
-  hf_checkpoint.py     what conversion needs from a checkpoint folder, and its checks (convert uses them too)
-  download_hub.py      hf:: the HF cache, snapshot_download, the copy out of the cache, the Hub's disk check
-  download_gguf.py     gguf:: the dequantized checkpoint, and its size from the GGUF header
-  download.py          download(spec): the artifact folder, its inputs, reuse and repair, local: copies
+  hf/sources.py        SOURCE strings understood (hf:, local:, gguf:, demo) or refused
+  hf/folder.py         what conversion needs from a checkpoint folder, and its checks (convert uses them too)
+  download/hub.py      hf:: the HF cache, snapshot_download, the copy out of the cache, the Hub's disk check
+  download/gguf.py     gguf:: the dequantized checkpoint, and its size from the GGUF header
+  download/config.py   the config.json alone, for `pipeline plan --model` (hf:, or the shapes the package ships)
+  download/__init__.py download(spec): the artifact folder, its inputs, reuse and repair, local: copies
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.core.errors import InvalidInputError
@@ -68,6 +69,20 @@ def earlier_release_rows() -> list[dict[str, str]]:
 
 
 @lru_cache(maxsize=None)
+def shipped_model_names() -> list[str]:
+    """The models whose shapes the package ships (pipeline/data/published_models/): every model a published table names."""
+    folder = resources.files("pipeline.data").joinpath("published_models")
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def shipped_config(name: str) -> Path | None:
+    """The shipped config of a model by its name (`llama-3.1-405b`), to plan it before any weight is downloaded; None for
+    a name the package has no shapes for."""
+    if name not in shipped_model_names():
+        return None
+    return Path(str(resources.files("pipeline.data").joinpath("published_models", f"{name}.json")))
+
+
 def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""
     import json
@@ -75,8 +90,7 @@ def published_model(name: str) -> ModelSpec:
     folder = resources.files("pipeline.data").joinpath("published_models")
     path = folder.joinpath(f"{name}.json")
     if not path.is_file():
-        known = sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
-        raise InvalidInputError(f"No shapes for published model {name!r}.", hint=f"Known: {', '.join(known)}.")
+        raise InvalidInputError(f"No shapes for published model {name!r}.", hint=f"Known: {', '.join(shipped_model_names())}.")
     return model_spec_from_dict(json.loads(path.read_text(encoding="utf-8")), name, source=str(path))
 
 
