@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -31,7 +30,7 @@ AcceptanceOpt = Annotated[Optional[float], typer.Option(
     "--speculative-acceptance", min=0.0, max=1.0,
     help="Predict speculative decoding at this per-token acceptance rate (bench --speculative measures it).")]
 DraftLenOpt = Annotated[int, typer.Option("--max-draft-len", min=1, help="Draft tokens per step, with --speculative-acceptance.")]
-DraftModelOpt = Annotated[Optional[Path], typer.Option("--draft-model", help="draft-target: the draft's HF folder or config.json (its decode steps count).")]
+DraftModelOpt = Annotated[Optional[str], typer.Option("--draft-model", help="draft-target: the draft's HF folder or config.json, hf:org/name or a shipped model's name, as for --model (its decode steps count).")]
 TrtllmBenchOpt = Annotated[Optional[int], typer.Option(
     "--trtllm-bench-requests", min=1,
     help="Also predict what `trtllm-bench throughput` reports for a dataset of this many requests of exactly --isl/--osl "
@@ -97,7 +96,8 @@ def plan_command(
         concurrency=concurrency, goal=goal, kv_cache_free_gpu_mem_fraction=kv_fraction, backend=backend,
         trtllm_bench_requests=trtllm_bench_requests, attention_dp=attention_dp,
         speculation=None if speculative_acceptance is None else SpeculationInput(
-            acceptance=speculative_acceptance, max_draft_len=max_draft_len, draft_model=draft_model, tpot_slo_ms=tpot_slo_ms),
+            acceptance=speculative_acceptance, max_draft_len=max_draft_len, tpot_slo_ms=tpot_slo_ms,
+            draft_model=planning_config(draft_model, "--draft-model") if draft_model else None),
     )
     result = plan(spec)
     OUT.result(result, table=_table(result))

@@ -25,8 +25,9 @@ PLANNING_FILES = ("config.json", "hf_quant_config.json")  # what model_spec_from
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def planning_config(model: str) -> Path:
-    """The folder or config file to plan `model` from (see the module docstring); a clear refusal otherwise."""
+def planning_config(model: str, flag: str = "--model") -> Path:
+    """The folder or config file to plan `model` from (see the module docstring); a clear refusal, naming the option
+    that gave it, otherwise."""
     text = model.strip()
     given = Path(text).expanduser()
     if text and given.exists():
@@ -38,7 +39,7 @@ def planning_config(model: str) -> Path:
         return _hub_config(text)
     hint = (f"For the Hugging Face Hub write hf:{text} (only its config.json is fetched). " if _REPO_ID.match(text) else "")
     raise InvalidInputError(
-        f"--model {model!r}: no such folder or file, and not a model whose shapes the planner ships.",
+        f"{flag} {model!r}: no such folder or file, and not a model whose shapes the planner ships.",
         hint=hint + "Give a model folder or its config.json, hf:org/name[@revision], or one of: "
         + ", ".join(shipped_model_names()) + ".")
 

@@ -85,3 +85,12 @@ def test_the_readme_names_every_model_whose_shapes_ship() -> None:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     assert len(shipped_model_names()) >= 13
     assert [name for name in shipped_model_names() if f"`{name}`" not in readme] == []
+
+
+def test_a_draft_model_is_found_the_same_way(capsys) -> None:
+    argv = ["plan", "--model", "llama-3.1-70b", "--gpu", "h100", "--quant", "fp8", "--speculative-acceptance", "0.7"]
+    code, result, err = json_run([*argv, "--draft-model", "llama-3.1-8b"], capsys)
+    assert code == 0, err
+    assert result["speculation"]["draft_model"] == "llama-3.1-8b"
+    err = refused([*argv, "--draft-model", "llama-0.1-tiny"], capsys)
+    assert "--draft-model 'llama-0.1-tiny': no such folder or file" in err
