@@ -135,7 +135,8 @@ def _table(result: PlanResult):
                    + (f", attention data parallel with the experts over the {result.tp} GPUs (DEP{result.tp}): memory, "
                       "sequences and limits per GPU" if result.attention_dp else "")
                    + (f", {result.pp} pipeline stages ({result.tp * result.pp} GPUs): memory per GPU of the fullest stage, "
-                      f"sequences the whole pipeline's, limits per micro-batch ({result.pp} in flight)" if result.pp > 1 else "")],
+                      f"sequences the whole pipeline's, limits per micro-batch ({result.pp} in flight)" if result.pp > 1 else "")
+                   + (f", across {result.nodes} nodes" if result.nodes > 1 else "")],
         ["weights per GPU", f"{mem.weights_gib:.2f} GiB (whole model {model['weights_gib_total']:.2f} GiB)"],
         ["runtime + activations", f"{mem.reserve_gib:.2f} GiB of {mem.gpu_memory_gib:.0f} GiB"],
         ["KV cache", f"{mem.kv_cache_gib:.2f} GiB at fraction {mem.kv_cache_free_gpu_mem_fraction} = "

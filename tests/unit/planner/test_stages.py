@@ -3,6 +3,7 @@ costs through the stages, trtllm-bench's own limits with stages, and the publish
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -229,3 +230,18 @@ def test_what_would_fit_names_a_deeper_pipeline(capsys) -> None:
                 "--isl", "1000", "--osl", "1000"]) == 2
     err = capsys.readouterr().err
     assert "--tp 1 --pp 4 --quant nvfp4 --kv-cache fp8" in err and "--tp 4 --quant nvfp4" in err
+
+
+@pytest.mark.parametrize(("gpu", "tp", "pp", "nodes"), [("h100", 8, 1, 1), ("h100", 8, 2, 2), ("h100", 4, 4, 2),
+                                                         ("gb200", 4, 2, 2), ("rtx-pro-6000", 1, 8, 1)])
+def test_the_plan_says_how_many_nodes_its_gpus_span(gpu: str, tp: int, pp: int, nodes: int, capsys) -> None:
+    """TP x PP GPUs over the GPU's Kubernetes node (8 on an HGX board, 4 in a GB200 tray): beyond one node `pipeline k8s`
+    renders a LeaderWorkerSet, and the plan's target line says so."""
+    from pipeline.cli import run
+
+    argv = ["plan", "--model", "llama-3.1-405b", "--gpu", gpu, "--quant", "fp8", "--tp", str(tp), "--pp", str(pp)]
+    assert run([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == nodes
+    run(argv)
+    table = " ".join(capsys.readouterr().out.split())
+    assert (f"across {nodes} nodes" in table) == (nodes > 1)
