@@ -136,6 +136,16 @@ class MemoryPlan(BaseModel):
     kv_capacity_tokens: int
     max_sequences: int  # concurrent sequences of ISL+OSL tokens
     fits: bool
+    micro_batches: int = 1  # pipeline stages: the micro-batches in flight, which share the sequences and the KV cache
+
+    @property
+    def sequences_per_micro_batch(self) -> int:
+        """One micro-batch's share of the sequences (all of them without pipeline stages)."""
+        return self.max_sequences // self.micro_batches
+
+    @property
+    def kv_tokens_per_micro_batch(self) -> int:
+        return self.kv_capacity_tokens // self.micro_batches
 
 
 @lru_cache(maxsize=4096)
@@ -150,7 +160,8 @@ def memory_plan(
     data parallelism, the GPU's own requests': every GPU holds as many; with pipeline stages, the fullest stage's GPU, whose
     sequences are the whole pipeline's)."""
     if scenario.pp > 1:
-        return memory_plan(scenario.stage, max_num_tokens=max_num_tokens, max_batch_size=max_batch_size, kv_fraction=kv_fraction)
+        stage = memory_plan(scenario.stage, max_num_tokens=max_num_tokens, max_batch_size=max_batch_size, kv_fraction=kv_fraction)
+        return stage.model_copy(update={"micro_batches": scenario.pp})
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
     total = (gpu.usable_memory_gib or 0) * GIB
     weights = weight_bytes_per_gpu(model, quant, tp, scenario.attention_dp)

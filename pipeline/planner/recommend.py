@@ -50,7 +50,7 @@ def recommend(scenario: Scenario, goal: Goal) -> dict[str, Any]:
     kv_fraction = 0.95 if goal == "throughput" else DEFAULT_KV_FRACTION
     # capacity before activations: the activations this recommendation causes are small next to it
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0, kv_fraction=kv_fraction)
-    sequences = capacity.max_sequences // scenario.pp  # pipeline stages: each of the pp micro-batches in flight takes its share
+    sequences = capacity.sequences_per_micro_batch
     if goal == "throughput":
         max_batch_size = _batch_from_capacity(sequences)
         max_num_tokens = tokens_for(max_batch_size, isl, osl)

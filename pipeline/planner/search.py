@@ -170,8 +170,8 @@ def _layouts(spec: SearchSpec, model: ModelSpec) -> list[tuple[int, bool, int]]:
 def _grid(spec: SearchSpec, scenario: Scenario) -> list[dict[str, Any]]:
     base = backend_limits(recommend(scenario, "throughput"), spec.backend)
     capacity = memory_plan(scenario, max_num_tokens=0, max_batch_size=0,
-                           kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).max_sequences // scenario.pp
-    top = max(1, min(capacity, MAX_BATCH))  # one micro-batch's share of the pipeline's sequences
+                           kv_fraction=base["kv_cache_free_gpu_mem_fraction"]).sequences_per_micro_batch
+    top = max(1, min(capacity, MAX_BATCH))
     batches = spec.batch_sizes or tuple(sorted({2 ** k for k in range(13) if 2 ** k <= top} | {top}))
     budgets = sorted({*TOKEN_BUDGETS, base["max_num_tokens"]})
     return [{**base, "max_batch_size": b, "max_num_tokens": t} for b in batches for t in budgets]

@@ -72,7 +72,7 @@ def _sustainable_batch(memory: MemoryPlan, build: dict[str, Any], scenario: Scen
     dynamic tuner's pick when the build asks for it), and the max_num_tokens budget for decode tokens plus their prefill
     share."""
     token_budget = build["max_num_tokens"] / (1 + scenario.isl / scenario.osl)
-    return max(1, int(min(_in_flight_limit(memory, build, scenario.pp), max(1, token_budget))))
+    return max(1, int(min(_in_flight_limit(memory, build), max(1, token_budget))))
 
 
 def runtime_batch_size(memory: MemoryPlan, build: dict[str, Any]) -> int:
@@ -83,10 +83,10 @@ def runtime_batch_size(memory: MemoryPlan, build: dict[str, Any]) -> int:
     return limit
 
 
-def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any], micro_batches: int = 1) -> int:
+def _in_flight_limit(memory: MemoryPlan, build: dict[str, Any]) -> int:
     """Requests one batch holds at once under no-evict admission: its batch limit and its share of what the KV cache
     holds at ISL+OSL each (pipeline stages: the micro-batches in flight share every stage's cache)."""
-    return max(1, min(memory.max_sequences // micro_batches, runtime_batch_size(memory, build)))
+    return max(1, min(memory.sequences_per_micro_batch, runtime_batch_size(memory, build)))
 
 
 def predict(
@@ -195,9 +195,9 @@ def throughput_run(scenario: Scenario, build: dict[str, Any], requests: int | No
     if build.get("capacity_scheduler_policy") == "max_utilization":
         run = max_utilization_schedule(scenario.isl, scenario.osl, requests, RunLimits(
             runtime_batch_size(memory, build), build["max_num_tokens"], build.get("chunked_prefill", True),
-            memory.kv_capacity_tokens // scenario.pp))
+            memory.kv_tokens_per_micro_batch))
     else:
-        run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build, scenario.pp),
+        run = offline_schedule(scenario.isl, scenario.osl, requests, _in_flight_limit(memory, build),
                                build["max_num_tokens"], build.get("chunked_prefill", True))
     mix = [(group.iterations / run.iterations, StepLoad(group.decode, group.decode_context, group.prefill_tokens,
                                                         group.prefill_context, group.logits_tokens)) for group in run.groups]
