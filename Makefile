@@ -90,7 +90,7 @@ clean:
 k8s: $(STAMP)
 	$(PIPE) k8s render --profile $(PROFILE) $(if $(NAMESPACE),--namespace $(NAMESPACE)) $(K8S_ARGS)
 
-# Capacity/latency plan from config.json alone: make plan PLAN_MODEL=path/to/hf-or-config.json GPU=h100 QUANT=fp8 [KV=fp8] [TP=1] ISL=1024 OSL=128
+# Capacity/latency plan from config.json alone: make plan PLAN_MODEL=<hf folder or config.json | hf:org/name | llama-3.1-70b ...> GPU=h100 QUANT=fp8 [KV=fp8] [TP=1] [PP=1] ISL=1024 OSL=128
 # plan-check: the planner against TensorRT-LLM's published throughput and AIConfigurator's recorded predictions (table, JSON, CSV,
 # PNG under build/reports/), and MoE timings carried over between GPUs against silicon; RERUN_AIC=1 asks AIConfigurator
 # again first (installed; ~40 min).
