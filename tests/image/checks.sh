@@ -57,6 +57,8 @@ run tiny-model /opt/pipeline/bin/python /check/make_tiny_model.py "$model"
 # 1. the plan alone
 run dry-run make engine GPU=h100 MODEL="$model" QUANT=fp8 DRY_RUN=1
 expect "dry run prints the trtllm-build command" "$out/dry-run.log" "--checkpoint_dir"
+run plan-by-name make plan PLAN_MODEL=llama-3.1-70b GPU=h100 QUANT=fp8 TP=2 PP=2
+expect "make plan sizes a shipped model by name from the installed package" "$out/plan-by-name.log" "llama-3\.1-70b: 70\.554 B params"
 
 # 2. an engine with the stand-in trtllm-build, rendered; tritonserver on it
 run engine make engine GPU=h100 MODEL="$model" QUANT=fp8
