@@ -21,7 +21,7 @@ from pipeline.planner.moe_timing import measured_moe_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_gemm_rate)
 from pipeline.planner.scenario import Scenario
-from pipeline.planner.stages import stage_send_s
+from pipeline.planner.stages import handovers_s
 
 BF16 = quant_format("bf16")
 
@@ -144,7 +144,7 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     through all of them, each timed as the fullest (planner.stages), and the hand-overs between them."""
     if scenario.pp > 1:
         tokens = load.decode + load.prefill_tokens
-        send_s = (scenario.pp - 1) * stage_send_s(scenario.model, scenario.gpu, scenario.gpus, tokens)
+        send_s = handovers_s(scenario.model, scenario.gpu, scenario.tp, scenario.pp, tokens)
         # The per-layer cost is each stage's for its own layers; the per-sequence cost is host work on every request in
         # flight (each executor iteration walks all of them: py_executor.py @9521caf4 _handle_responses), which each stage
         # pays per micro-batch for the pp micro-batches' requests.

@@ -59,14 +59,31 @@ def test_an_iteration_goes_through_every_stage() -> None:
         work, stage = step_work(scenario, load, eff), step_work(scenario.stage, load, eff)
         assert (work.stages, work.num_layers) == (pp, math.ceil(80 / pp))
         assert work.sequence_layers == 64 * pp * 80
-        assert work.send_s == pytest.approx((pp - 1) * stage_send_s(scenario.model, scenario.gpu, pp, 64))
+        assert work.send_s == pytest.approx((pp - 1) * stage_send_s(scenario.model, scenario.gpu, 64))
         timed, alone = work.time(eff), stage.time(eff)
         assert timed.gemm_s == pytest.approx(pp * alone.gemm_s) and timed.decode_attention_s == pytest.approx(pp * alone.decode_attention_s)
         assert timed.overhead_s == pytest.approx(pp * (eff.step_overhead_per_layer_s * math.ceil(80 / pp)
                                                        + eff.per_sequence_layer_s * 64 * pp * 80))
     assert step_work(_rtx("llama-3.3-70b", 1), load, eff).send_s == 0.0
     # 2 x 64 tokens x 8192 x 2 bytes over PCIe: tens of microseconds
-    assert 20e-6 < stage_send_s(P.published_model("llama-3.3-70b"), _rtx("llama-3.3-70b", 2).gpu, 2, 64) < 200e-6
+    assert 20e-6 < stage_send_s(P.published_model("llama-3.3-70b"), _rtx("llama-3.3-70b", 2).gpu, 64) < 200e-6
+
+
+@pytest.mark.parametrize(("gpu", "tp", "pp", "across"), [
+    ("h100", 8, 2, 1), ("h100", 4, 4, 1), ("h100", 2, 8, 1), ("h100", 1, 8, 0), ("h100", 8, 4, 3),
+    ("gb200", 4, 4, 0),  # one NVL72 rack's NVLink joins its 72 GPUs over 18 trays
+    ("rtx-pro-6000", 1, 8, 0), ("rtx-pro-6000", 4, 4, 1)])
+def test_only_a_hand_over_between_nodes_goes_over_the_nic(gpu: str, tp: int, pp: int, across: int) -> None:
+    """Ranks fill the nodes in order, each stage's TP ranks together (PP outermost): the hops whose ranks sit in two
+    nodes (or NVLink domains) go over the NIC, the others over NVLink or PCIe."""
+    from pipeline.planner.stages import handovers_s
+
+    from pipeline.core.gpus import get_gpu
+
+    model, card = P.published_model("llama-3.1-405b"), get_gpu(gpu)
+    near, far = (stage_send_s(model, card, 256, across_nodes=a) for a in (False, True))
+    assert far > (2 * near if card.nvlink else near)  # the NIC: 50 GB/s against NVLink's 450-900, PCIe Gen5's 50 nearer
+    assert handovers_s(model, card, tp, pp, 256) == pytest.approx(across * far + (pp - 1 - across) * near)
 
 
 def test_every_micro_batch_is_a_batch_of_its_own() -> None:
