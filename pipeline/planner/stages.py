@@ -65,8 +65,8 @@ def stage_send_s(model: ModelSpec, gpu: GpuSpec, tokens: float, *, across_nodes:
 
 def handovers_s(model: ModelSpec, gpu: GpuSpec, tp: int, pp: int, tokens: float) -> float:
     """Seconds for one micro-batch's pp-1 hand-overs. Ranks fill the nodes in order, each stage's tp of them together
-    (mapping.py @05ebebb2: pp_rank = rank // tp, next_pp_rank = rank + tp; PP outermost), so only a hop whose ranks sit in two nodes (or
-    NVLink domains) goes over the NIC: at TP4 x PP4 on 8-GPU nodes, one of the three."""
+    (mapping.py @05ebebb2: pp_rank = rank // tp, next_pp_rank = rank + tp), so only a hop whose ranks sit in two nodes
+    (or NVLink domains) goes over the NIC: at TP4 x PP4 on 8-GPU nodes, one of the three."""
     domain = _domain(gpu)
     total = 0.0
     for stage in range(pp - 1):
