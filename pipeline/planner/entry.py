@@ -3,6 +3,7 @@ fits instead when it does not."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,7 +100,7 @@ class PlanResult(BaseModel):
     caveats: list[str] = []  # how far the published rows say to trust this prediction (MoE models, GPUs no fit saw)
     attention_dp: bool = False
     pp: int = 1  # pipeline stages: memory is the fullest stage's GPU's, limits one micro-batch's
-    nodes: int = 1  # Kubernetes nodes of the GPU's gpus_per_node the tp x pp GPUs span (beyond one: `pipeline k8s` renders a LeaderWorkerSet)
+    nodes: int = 1  # nodes (of the GPU's gpus_per_node) the tp x pp GPUs span; beyond one, `pipeline k8s` renders a LeaderWorkerSet
 
 
 def plan(spec: PlanSpec) -> PlanResult:
@@ -170,7 +171,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             "experts_timing": _experts_timing(model, eff, experts),
         },
         gpu=scenario.gpu.key, quant=quant.name, kv_cache=scenario.kv.name, tp=spec.tp, isl=spec.isl, osl=spec.osl, goal=spec.goal,
-        backend=spec.backend, attention_dp=spec.attention_dp, pp=spec.pp, nodes=-(-scenario.gpus // scenario.gpu.gpus_per_node), memory=memory, fits=memory.fits, alternatives=options, build=build,
+        backend=spec.backend, attention_dp=spec.attention_dp, pp=spec.pp, nodes=math.ceil(scenario.gpus / scenario.gpu.gpus_per_node),
+        memory=memory, fits=memory.fits, alternatives=options, build=build,
         prediction=prediction, max_throughput=throughput, speculation=speculation, trtllm_bench=bench,
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},

@@ -68,11 +68,11 @@ def earlier_release_rows() -> list[dict[str, str]]:
     return packaged_fact_rows("trtllm_published_throughput_0_20.tsv")
 
 
-@lru_cache(maxsize=None)
-def shipped_model_names() -> list[str]:
+@lru_cache(maxsize=1)
+def shipped_model_names() -> tuple[str, ...]:
     """The models whose shapes the package ships (pipeline/data/published_models/): every model a published table names."""
     folder = resources.files("pipeline.data").joinpath("published_models")
-    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+    return tuple(sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")))
 
 
 def shipped_config(name: str) -> Path | None:
@@ -83,6 +83,7 @@ def shipped_config(name: str) -> Path | None:
     return Path(str(resources.files("pipeline.data").joinpath("published_models", f"{name}.json")))
 
 
+@lru_cache(maxsize=None)
 def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""
     import json
