@@ -10,8 +10,9 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.core.errors import InvalidInputError, UnsupportedError
+from pipeline.core.gpus import get_gpu
 from pipeline.planner.caveats import pp_caveats
-from pipeline.planner.stages import pipeline_stage, stage_send_s
+from pipeline.planner.stages import handovers_s, pipeline_stage, stage_send_s
 from pipeline.planner.step import StepLoad, step_work
 from pipeline.planner.timing import throughput_run
 
@@ -76,10 +77,6 @@ def test_an_iteration_goes_through_every_stage() -> None:
 def test_only_a_hand_over_between_nodes_goes_over_the_nic(gpu: str, tp: int, pp: int, across: int) -> None:
     """Ranks fill the nodes in order, each stage's TP ranks together (PP outermost): the hops whose ranks sit in two
     nodes (or NVLink domains) go over the NIC, the others over NVLink or PCIe."""
-    from pipeline.planner.stages import handovers_s
-
-    from pipeline.core.gpus import get_gpu
-
     model, card = P.published_model("llama-3.1-405b"), get_gpu(gpu)
     near, far = (stage_send_s(model, card, 256, across_nodes=a) for a in (False, True))
     assert far > (2 * near if card.nvlink else near)  # the NIC: 50 GB/s against NVLink's 450-900, PCIe Gen5's 50 nearer
@@ -259,6 +256,6 @@ def test_the_plan_says_how_many_nodes_its_gpus_span(gpu: str, tp: int, pp: int, 
     argv = ["plan", "--model", "llama-3.1-405b", "--gpu", gpu, "--quant", "fp8", "--tp", str(tp), "--pp", str(pp)]
     assert run([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"] == nodes
-    run(argv)
+    assert run(argv) == 0
     table = " ".join(capsys.readouterr().out.split())
     assert (f"across {nodes} nodes" in table) == (nodes > 1)
