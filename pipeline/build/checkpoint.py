@@ -103,7 +103,9 @@ def kv_name_of(kv_algo: str | None) -> str:
 
 
 def model_name_for(path: Path, given: str | None = None) -> str:
-    """The model folder name: given, else the <model> of build/<model>/<stage>/..., else the folder's name."""
+    """The model folder name: given, else the <model> of build/<model>/<stage>/..., else the <model> of the pipeline's
+    own layout under another build root (<model>/hf, <model>/checkpoints/<id>: a download or a conversion made elsewhere,
+    as planner.calibrate.model_identity names it), else the folder's name."""
     if given:
         return model_slug(given)
     resolved = path.resolve()
@@ -111,6 +113,10 @@ def model_name_for(path: Path, given: str | None = None) -> str:
     if root in resolved.parents:
         return resolved.relative_to(root).parts[0]
     folder = resolved if resolved.is_dir() else resolved.parent
+    if folder.name == "hf":
+        folder = folder.parent
+    elif folder.parent.name == "checkpoints":
+        folder = folder.parent.parent
     return model_slug(folder.name)
 
 

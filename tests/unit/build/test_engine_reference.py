@@ -68,9 +68,10 @@ def test_changed_checkpoint_rebuilds(build_root):
     assert not second.cached and second.plan.profile.model_revision != first.plan.profile.model_revision
 
 
-def _fp8_checkpoint(build_root: Path, hf: Path, pp: int) -> Path:
-    """A converted FP8 checkpoint of the tiny model (2 layers), split into `pp` stages, whose manifest names its source."""
-    ckpt = build_root / "tiny" / "checkpoints" / f"fp8-tp1-pp{pp}-abc"
+def _fp8_checkpoint(model_dir: Path, hf: Path, pp: int = 1) -> Path:
+    """A converted FP8 checkpoint of the tiny model (2 layers) in model_dir/checkpoints/, split into `pp` stages, whose
+    manifest names its source."""
+    ckpt = model_dir / "checkpoints" / f"fp8-tp1-pp{pp}-abc"
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text(json.dumps({
         "architecture": "LlamaForCausalLM", "dtype": "float16", "hidden_size": 64, "num_hidden_layers": 2,
@@ -83,7 +84,7 @@ def _fp8_checkpoint(build_root: Path, hf: Path, pp: int) -> Path:
 
 def test_trtllm_checkpoint_on_the_cpu_serves_its_hf_source(tmp_path, build_root):
     hf = tiny_hf(build_root / "tiny" / "hf")
-    ckpt = _fp8_checkpoint(build_root, hf, pp=1)
+    ckpt = _fp8_checkpoint(build_root / "tiny", hf)
     plan = plan_build(BuildSpec(gpu="cpu", checkpoint=ckpt))
     assert plan.checkpoint == hf.resolve() and plan.profile.model == "tiny"
     # the checkpoint's precision is kept and simulated by the runtime, not silently dropped
@@ -96,11 +97,28 @@ def test_an_engine_checkpoint_with_more_stages_than_layers_is_refused(tmp_path, 
     stage without a decoder layer (planner.stages.check_pp), before any flag is planned. Both limits are given, so the
     planner (whose Scenario refuses it too) is not asked: the refusal is the engine path's own."""
     hf = tiny_hf(build_root / "tiny" / "hf")
-    ckpt = _fp8_checkpoint(build_root, hf, pp=4)
+    ckpt = _fp8_checkpoint(build_root / "tiny", hf, pp=4)
     assert run(["build", "--checkpoint", str(ckpt), "--gpu", "h100", "--max-batch-size", "8", "--max-num-tokens", "512"]) == 2
     err = capsys.readouterr().err
     assert "--pp 4" in err and "2 decoder layers" in err and "between 1 and 2" in err
     assert not (build_root / "tiny" / "engines").exists()
+
+
+def test_a_checkpoint_from_another_build_root_keeps_its_models_name(tmp_path, build_root):
+    """A download (<model>/hf) or a conversion (<model>/checkpoints/<id>) made under another build root is built under
+    this one as <model>, the name the planner's calibration gives it too (before: "hf", so a bench of the deployment
+    could not calibrate a plan of the same folder); any other folder keeps its own name."""
+    from pipeline.planner.calibrate import model_identity
+
+    elsewhere = tmp_path / "other-build"
+    hf = tiny_hf(elsewhere / "tiny-elsewhere" / "hf")
+    assert plan_build(BuildSpec(gpu="cpu", checkpoint=hf)).profile.model == "tiny-elsewhere" == model_identity(hf)
+    result = build_engine(BuildSpec(gpu="cpu", checkpoint=hf))
+    assert result.engine_dir.parent == build_root.resolve() / "tiny-elsewhere" / "engines"
+    ckpt = _fp8_checkpoint(elsewhere / "tiny-elsewhere", hf)
+    assert plan_build(BuildSpec(gpu="cpu", checkpoint=ckpt)).profile.model == "tiny-elsewhere"
+    plain = tiny_hf(tmp_path / "My Model")
+    assert plan_build(BuildSpec(gpu="cpu", checkpoint=plain)).profile.model == "my-model"
 
 
 def test_cpu_quant_is_recorded_for_the_runtime_to_simulate(build_root):
