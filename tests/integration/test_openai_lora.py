@@ -16,7 +16,7 @@ TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def lora_openai(demo_hf_dir, tmp_path_factory):
+def lora_openai(demo_hf_dir, session_build_root, tmp_path_factory):
     from pipeline.build import BuildSpec, build_engine
     from pipeline.core.deployable import read_deployable
     from pipeline.serve.openai import OpenAISpec, start_openai_server
@@ -24,8 +24,10 @@ def lora_openai(demo_hf_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora-openai")
     sql = make_adapter(demo_hf_dir, root / "sql", rank=8, targets=ATTENTION, scale=0.2)
     chat = make_adapter(demo_hf_dir, root / "chat", rank=4, targets=ATTENTION + MLP, seed=2, scale=0.2)
-    deploy = build_engine(BuildSpec(gpu="cpu", backend="pytorch", checkpoint=demo_hf_dir, max_batch_size=4,
-                                    max_seq_len=512, lora=(f"sql={sql}", f"chat={chat}"))).deploy_dir
+    with pytest.MonkeyPatch.context() as patch:  # beside the demo model, not in the checkout's build/
+        patch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
+        deploy = build_engine(BuildSpec(gpu="cpu", backend="pytorch", checkpoint=demo_hf_dir, max_batch_size=4,
+                                        max_seq_len=512, lora=(f"sql={sql}", f"chat={chat}"))).deploy_dir
     deployable = read_deployable(deploy)
     spec = OpenAISpec(deployable=deploy, http_port=0, log_file=root / "openai.log", ready_timeout_s=600)
     with start_openai_server(spec, deployable) as server:

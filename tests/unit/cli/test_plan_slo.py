@@ -14,6 +14,11 @@ from planner_cases import LLAMA_8B
 BASE = ["plan", "--model", str(LLAMA_8B), "--isl", "1024", "--osl", "128", "--gpus", "h100", "--quant", "fp8", "--tp", "1"]
 
 
+@pytest.fixture(autouse=True)
+def _reports_outside_the_checkout(build_root: Path) -> None:
+    """A search without --out writes build/<model>/reports/plan-<time>/: here, a temporary build root."""
+
+
 def test_plan_slo_writes_json_and_png_and_prints_the_best_build(tmp_path: Path, capsys) -> None:
     code = run([*BASE, "--slo", "ttft_p99_ms=800,tpot_p99_ms=40", "--rate", "5", "--price", "h100=3.9", "--out", str(tmp_path), "--json"])
     assert code == 0
