@@ -290,10 +290,20 @@ def hbm_bandwidth(gpu: GpuSpec) -> float:
     return (gpu.hbm_bandwidth_tbps or 0) * 1e12
 
 
+def link_domain(gpu: GpuSpec) -> int:
+    """The GPUs one link joins without the NIC: the NVLink domain, or a PCIe card's node."""
+    return gpu.nvlink_domain if gpu.nvlink else GPUS_PER_NODE
+
+
 def link_bandwidth(gpu: GpuSpec, tp: int = 1) -> tuple[float, float]:
-    """(bytes/s, latency s) of one all-reduce hop: beyond the NVLink domain (a PCIe card's node) the InfiniBand NIC, else
+    """(bytes/s, latency s) of one all-reduce hop among `tp` GPUs: beyond the link domain the InfiniBand NIC, else
     NVLink by generation, else PCIe."""
-    if tp > (gpu.nvlink_domain if gpu.nvlink else GPUS_PER_NODE):
+    return hop_link(gpu, across_nodes=tp > link_domain(gpu))
+
+
+def hop_link(gpu: GpuSpec, *, across_nodes: bool) -> tuple[float, float]:
+    """(bytes/s, latency s) of one hop: between link domains the InfiniBand NIC, else NVLink by generation, else PCIe."""
+    if across_nodes:
         return INTERNODE_BANDWIDTH.get(gpu.architecture, 25e9), ALLREDUCE_LATENCY_S["internode"]
     if gpu.nvlink:
         return NVLINK_BANDWIDTH.get(gpu.architecture, 300e9), ALLREDUCE_LATENCY_S["nvlink"]

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from pipeline.core.errors import InvalidInputError
 from pipeline.core.gpus import GpuSpec
-from pipeline.planner.rates import ALLREDUCE_EFFICIENCY, GPUS_PER_NODE, link_bandwidth
+from pipeline.planner.rates import ALLREDUCE_EFFICIENCY, hop_link, link_domain
 from pipeline.planner.shapes import ModelSpec
 
 SENT_TENSORS = 2  # hidden states and residual
@@ -58,7 +58,7 @@ def stage_send_s(model: ModelSpec, gpu: GpuSpec, tokens: float, *, across_nodes:
     the sender's node (a GB200's within its NVLink rack), over the NIC across nodes."""
     if not tokens:
         return 0.0
-    bandwidth, latency = link_bandwidth(gpu, _domain(gpu) + 1 if across_nodes else 1)
+    bandwidth, latency = hop_link(gpu, across_nodes=across_nodes)
     sent = SENT_TENSORS * tokens * model.hidden_size * SENT_BYTES_PER_ELEMENT
     return latency + sent / (bandwidth * ALLREDUCE_EFFICIENCY)
 
@@ -67,15 +67,10 @@ def handovers_s(model: ModelSpec, gpu: GpuSpec, tp: int, pp: int, tokens: float)
     """Seconds for one micro-batch's pp-1 hand-overs. Ranks fill the nodes in order, each stage's tp of them together
     (mapping.py @05ebebb2: pp_rank = rank // tp, next_pp_rank = rank + tp), so only a hop whose ranks sit in two nodes
     (or NVLink domains) goes over the NIC: at TP4 x PP4 on 8-GPU nodes, one of the three."""
-    domain = _domain(gpu)
+    domain = link_domain(gpu)
     total = 0.0
     for stage in range(pp - 1):
         ranks = range(stage * tp, (stage + 1) * tp)
         across = any(rank // domain != (rank + tp) // domain for rank in ranks)
         total += stage_send_s(model, gpu, tokens, across_nodes=across)
     return total
-
-
-def _domain(gpu: GpuSpec) -> int:
-    """The GPUs one link joins without the NIC: the NVLink domain, or a PCIe card's node."""
-    return gpu.nvlink_domain if gpu.nvlink else GPUS_PER_NODE
