@@ -88,9 +88,8 @@ def published_model(name: str) -> ModelSpec:
     """The shapes of a model named in the published table (pipeline/data/published_models/<name>.json)."""
     import json
 
-    folder = resources.files("pipeline.data").joinpath("published_models")
-    path = folder.joinpath(f"{name}.json")
-    if not path.is_file():
+    path = shipped_config(name)
+    if path is None:
         raise InvalidInputError(f"No shapes for published model {name!r}.", hint=f"Known: {', '.join(shipped_model_names())}.")
     return model_spec_from_dict(json.loads(path.read_text(encoding="utf-8")), name, source=str(path))
 
