@@ -14,6 +14,7 @@ from pipeline.core.output import OUT, simple_table
 from pipeline.download.config import planning_config
 from pipeline.planner import PlanResult, PlanSpec, plan
 from pipeline.planner.entry import SpeculationInput
+from pipeline.planner.memory import what_fits_hint
 
 PlanGpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU key from `pipeline gpus` (one configuration; --slo searches --gpus).")]
 PlanQuantOpt = Annotated[Optional[str], typer.Option("--quant", help="fp16, bf16, fp8, int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, nvfp4; with --slo a list (default fp8,int4_awq,fp16). A quantized checkpoint (hf_quant_config.json, config.json quantization_config) is planned as stored.")]
@@ -102,13 +103,12 @@ def plan_command(
     result = plan(spec)
     OUT.result(result, table=_table(result))
     if not result.fits:
-        options = "; ".join(a.flags() for a in result.alternatives)
         raise UnsupportedError(
             f"{result.model['name']} ({result.quant}, {result.tp}x {result.gpu}"
             + (f" in {result.pp} pipeline stages" if result.pp > 1 else "") + ") has no room for one "
             f"{isl + osl}-token sequence: {result.memory.weights_gib:.1f} GiB of weights per GPU on "
             f"{result.memory.gpu_memory_gib:.0f} GiB.",
-            hint=f"What would fit: {options}." if options else "Shorten ISL+OSL or choose a GPU with more memory.",
+            hint=what_fits_hint(result.alternatives, isl + osl, result.gpu),
         )
 
 

@@ -186,48 +186,48 @@ def memory_plan(
     )
 
 
+def _alternative(scenario: Scenario) -> Alternative | None:
+    """`scenario` as an alternative, when one ISL+OSL sequence fits it."""
+    mem = memory_plan(scenario, max_num_tokens=2048, max_batch_size=8)
+    if not mem.fits:
+        return None
+    return Alternative(tp=scenario.tp, quant=scenario.quant.name, kv_cache=scenario.kv.name, max_sequences=mem.max_sequences,
+                       pp=scenario.pp)
+
+
 def alternatives(scenario: Scenario) -> list[Alternative]:
-    """Configurations that hold at least one ISL+OSL sequence: larger TP at this precision, and a deeper pipeline at this
-    TP (neither on the CPU, whose reference runtime is one process), then smaller precisions (with an FP8 KV cache where
-    the GPU runs one) at this split."""
+    """Configurations that hold at least one ISL+OSL sequence: the smallest larger TP at this precision, and the
+    shallowest deeper pipeline at this TP (neither on the CPU, whose reference runtime is one process), then smaller
+    precisions (with an FP8 KV cache where the GPU runs one) at this split."""
     model, gpu, quant, kv, tp = scenario.model, scenario.gpu, scenario.quant, scenario.kv, scenario.tp
+
+    def splits(size: int) -> bool:
+        if scenario.attention_dp:  # DEP spreads the experts, not the heads
+            return not model.num_experts % size
+        return not model.num_heads % size and not (model.num_kv_heads % size and size % model.num_kv_heads)
+
+    wider = [scenario.replace(tp=size) for size in (2, 4, 8, 16) if size > tp and splits(size)]
+    # PCIe GPUs: stages pass far less over the link than TP
+    deeper = [scenario.replace(pp=stages) for stages in (2, 4, 8) if scenario.pp < stages <= model.num_layers]
     found: list[Alternative] = []
-    for size in (1, 2, 4, 8, 16) if not gpu.is_cpu else ():
-        splits = (not model.num_experts % size if scenario.attention_dp  # DEP spreads the experts, not the heads
-                  else not model.num_heads % size and not (model.num_kv_heads % size and size % model.num_kv_heads))
-        if size <= tp or not splits:
-            continue
-        mem = memory_plan(scenario.replace(tp=size), max_num_tokens=2048, max_batch_size=8)
-        if mem.fits:
-            found.append(Alternative(tp=size, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences,
-                                     pp=scenario.pp))
-            break
-    for stages in (2, 4, 8) if not gpu.is_cpu else ():  # PCIe GPUs: stages pass far less over the link than TP
-        if stages <= scenario.pp or stages > model.num_layers:
-            continue
-        mem = memory_plan(scenario.replace(pp=stages), max_num_tokens=2048, max_batch_size=8)
-        if mem.fits:
-            found.append(Alternative(tp=tp, quant=quant.name, kv_cache=kv.name, max_sequences=mem.max_sequences, pp=stages))
-            break
+    for candidates in (wider, deeper) if not gpu.is_cpu else ():
+        first = next(filter(None, map(_alternative, candidates)), None)
+        found += [first] if first else []
     current_bits = bits_per_weight(quant)
+    fp8_kv = kv_cache_format("fp8")
     for name in ("fp8", "int8_wo", "int4_awq", "nvfp4"):
         other = quant_format(name)
-        if not gpu.can_run(other) or bits_per_weight(other) >= current_bits:
-            continue
-        other_kv = kv_cache_format("fp8") if gpu.can_run_kv(kv_cache_format("fp8")) else kv
-        mem = memory_plan(scenario.replace(quant=other, kv=other_kv), max_num_tokens=2048, max_batch_size=8)
-        if mem.fits:
-            found.append(Alternative(tp=tp, quant=other.name, kv_cache=other_kv.name, max_sequences=mem.max_sequences,
-                                     pp=scenario.pp))
+        if gpu.can_run(other) and bits_per_weight(other) < current_bits:
+            smaller = _alternative(scenario.replace(quant=other, kv=fp8_kv if gpu.can_run_kv(fp8_kv) else kv))
+            found += [smaller] if smaller else []
     return found
 
 
-def what_fits_hint(scenario: Scenario) -> str:
-    options = alternatives(scenario)
+def what_fits_hint(options: list[Alternative], tokens: int, gpu_key: str) -> str:
+    """The one wording of a no-fit refusal's hint: the alternatives that hold a `tokens`-token sequence, or what to change."""
     if not options:
-        return (f"Shorten ISL+OSL ({scenario.isl + scenario.osl}) or choose a GPU with more memory than "
-                f"{scenario.gpu.key}.")
-    return "What fits: " + "; ".join(f"{a.flags()} ({a.max_sequences} sequences)" for a in options)
+        return f"Shorten ISL+OSL ({tokens}) or choose a GPU with more memory than {gpu_key}."
+    return "What fits: " + "; ".join(f"{a.flags()} ({a.max_sequences} sequences)" for a in options) + "."
 
 
 def refuse_no_fit(scenario: Scenario) -> None:
@@ -235,7 +235,7 @@ def refuse_no_fit(scenario: Scenario) -> None:
     raise UnsupportedError(
         f"{s.model.name} at {s.quant.name} on {s.tp}x {s.gpu.key}" + (f" in {s.pp} pipeline stages" if s.pp > 1 else "")
         + f" leaves no room for one {s.isl + s.osl}-token sequence.",
-        hint=what_fits_hint(scenario),
+        hint=what_fits_hint(alternatives(s), s.isl + s.osl, s.gpu.key),
     )
 
 
