@@ -289,12 +289,13 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
         best_per_gpu=order, pareto=pareto_front(feasible), candidates=count, feasible=len(feasible),
         skipped=skipped, closest=closest, points=[(c.tokens_per_s_per_user, c.tokens_per_s_per_gpu) for c in feasible],
         calibration=calibration.summary() if calibration else None,
-        caveats=(accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
-        + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
-           if any(dep for _, dep, _ in layouts) and set(spec.gpus) - {"cpu"} else [])
-        + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
-        + slo_caveats(set(spec.slo.bounds), set(uncalibrated))
-        + (pp_caveats(max(spec.pps), spec.backend) if set(spec.gpus) - {"cpu"} else []),
+        caveats=list(dict.fromkeys(  # once each: TP and DEP candidates share the model's own caveats
+            (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend)) if set(spec.gpus) - {"cpu"} else [])
+            + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
+               if any(dep for _, dep, _ in layouts) and set(spec.gpus) - {"cpu"} else [])
+            + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
+            + slo_caveats(set(spec.slo.bounds), set(uncalibrated))
+            + (pp_caveats(max(spec.pps), spec.backend) if set(spec.gpus) - {"cpu"} else []))),
     )
 
 
