@@ -44,6 +44,7 @@ _HEADER = """\
 # NVIDIA AIConfigurator's estimate for the rows of trtllm_published_throughput.tsv, trtllm_published_throughput_more_models.tsv
 # and trtllm_published_throughput_more_gpus.tsv (MoE models with their experts split by TP, --moe-tp-size TP --moe-ep-size 1, as
 # trtllm-bench built them; AIConfigurator 0.12 does not support Mistral's architecture), and of trtllm_published_throughput_dep.tsv
+# and trtllm_published_throughput_mla.tsv (DeepSeek R1, DEP too)
 # (attention data parallel: --tp-size 1 --attention-dp-size TP --moe-tp-size 1 --moe-ep-size TP, batch per GPU); an MoE's experts
 # at the row's precision (--moe-quant-mode: without it AIConfigurator runs them in BF16 for a config without a
 # quantization_config; the FP8/FP4 MoE rows were asked again with it, --record-missing-aiconfigurator), recorded by

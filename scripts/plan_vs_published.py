@@ -24,7 +24,9 @@ earlier release's runs (pipeline/data/trtllm_published_throughput_0_20.tsv: 0.20
 never saw; never fitted): scripts/plan_vs_earlier_release.py. And the closed-loop prediction the SLO search uses (TTFT,
 TPOT, tokens/s at a concurrency) against NVIDIA's published NIM serving runs (pipeline/data/nim_published_serving.tsv;
 never fitted): scripts/plan_vs_nim.py. And the runs with pipeline stages (pipeline/data/trtllm_published_throughput_pp.tsv:
-RTX PRO 6000, never fitted): scripts/plan_vs_pp.py.
+RTX PRO 6000, never fitted): scripts/plan_vs_pp.py. And DeepSeek R1, the model with multi-head latent attention
+(pipeline/data/trtllm_published_throughput_mla.tsv: DEP on B200, GB200 and H200, never fitted), against the published
+figures and against AIConfigurator's at the same batch: scripts/plan_vs_mla.py.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from plan_vs_earlier_release import earlier_release_report, plot_panel as earlie
 from plan_vs_earlier_release import report_lines as earlier_release_lines  # noqa: E402
 from plan_vs_more_models import more_models_report, plot_panels, report_lines  # noqa: E402
 from plan_vs_nim import nim_report, plot as plot_nim, report_lines as nim_lines  # noqa: E402
+from plan_vs_mla import mla_lines, mla_panel, mla_report  # noqa: E402
 from plan_vs_pp import pp_lines, pp_panel, pp_report  # noqa: E402
 
 FOLD_KINDS = ("gpu", "model")  # held out: one whole GPU, then one whole model
@@ -332,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         every = [r for b in BACKENDS for r in P.compare_published(None, published_rows(b))]
         every += P.compare_published(None, P.more_model_rows()) + P.compare_published(None, P.more_gpu_rows())
         every += P.compare_published(None, P.dep_rows()) + P.compare_published(None, P.earlier_release_rows())
-        every += P.compare_published(None, P.pp_rows())
+        every += P.compare_published(None, P.pp_rows()) + P.compare_published(None, P.mla_rows())
         rerun(every, args.aiconfigurator_python, REPO / "pipeline" / "data" / AIC_TABLE, keep=args.record_missing_aiconfigurator)
 
     backends = BACKENDS if args.backend == "all" else (args.backend,)
@@ -343,9 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     report["earlier_release"] = earlier_release_report()
     report["pipeline_parallel"] = pp_report()
     report["nim_serving"] = nim_report()
+    report["latent_attention"] = mla_report()
     for line in [*report_lines(report["more_models"]), *earlier_release_lines(report["earlier_release"]),
                  *nim_lines(report["nim_serving"]),
-                 *pp_lines(report["pipeline_parallel"])]:
+                 *pp_lines(report["pipeline_parallel"]), *mla_lines(report["latent_attention"])]:
         OUT.stdout.print(line, highlight=False)
     out = args.out or build_root() / "reports" / "plan_vs_published"
     out.mkdir(parents=True, exist_ok=True)
@@ -358,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     panels.update(plot_panels(report["more_models"]))
     panels.update(earlier_release_panel(report["earlier_release"]))
     panels.update(pp_panel(report["pipeline_parallel"]))
+    panels.update(mla_panel(report["latent_attention"]))
     plot(panels, out / "plan_vs_published.png", "pipeline plan vs TensorRT-LLM's published trtllm-bench throughput")
     write_side_by_side(report, out / "plan_vs_aiconfigurator.csv", out / "plan_vs_aiconfigurator.png")
     plot_nim(report["nim_serving"], out / "plan_vs_nim.png")

@@ -119,13 +119,21 @@ def _one_size(text: str | None, flag: str) -> int:
     return sizes[0]
 
 
+def _attention(model: dict) -> str:
+    latent = model.get("latent_attention")
+    if latent:
+        return (f"{model['heads']} heads with a latent KV cache of {latent['kv_lora_rank']} + {latent['qk_rope_head_dim']} per "
+                "token and layer")
+    return f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"
+
+
 def _table(result: PlanResult):
     mem, model = result.memory, result.model
     stored = (f"; checkpoint stored as {model['checkpoint_quant']}" + (f" with {model['expert_weights'].upper()} experts"
               if model.get("expert_weights") else "")) if model.get("checkpoint_quant") else ""
     rows: list[list[object]] = [
         ["model", f"{model['name']}: {model['params_b']} B params{stored}, {model['layers']} layers, "
-                  f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"
+                  + _attention(model)
                   + "".join(f", {layers} layers windowed to {window} tokens" for window, layers in model.get("sliding_windows", {}).items())
                   + "".join(f", {layers} layers in {chunk}-token chunks" for chunk, layers in model.get("attention_chunks", {}).items())
                   + (" (engines attend to the whole context)" if (model.get("sliding_windows") or model.get("attention_chunks"))

@@ -12,7 +12,7 @@ One value is passed around: a frozen `Scenario` (model, gpu, quant, kv, tp, isl,
 - recommend: recommend_build (trtllm-build limits per goal);
 - step: step_time (one iteration: StepWork laid out, then timed by the constants), mean_step;
 - timing: prefill_time, predict, max_throughput (a ThroughputRun timed);
-- published: published_rows, more_model_rows, more_gpu_rows, dep_rows, pp_rows, earlier_release_rows, published_model, trtllm_bench_throughput, compare_published (the check
+- published: published_rows, more_model_rows, more_gpu_rows, dep_rows, mla_rows, pp_rows, earlier_release_rows, published_model, trtllm_bench_throughput, compare_published (the check
   against published figures of both backends), error_summary, log_loss (loss_over: the same, for a fit), comparison_log_loss;
 - caveats: what those figures say beside a plan (MoE, GPUs no fit saw, TP's all-reduce bound, TTFT p50, pipeline stages);
 - entry: plan() with PlanSpec / PlanResult.
@@ -23,7 +23,7 @@ from pipeline.planner.memory import (DEFAULT_KV_FRACTION, GIB, RUNTIME_RESERVE_G
                                      alternatives, bits_per_weight, kv_bytes_per_token, kv_heads_per_gpu, memory_plan,
                                      weight_bytes, weight_bytes_per_gpu)
 from pipeline.planner.published import (
-    comparison_log_loss, compare_published, dep_rows, earlier_release_rows, error_summary, log_loss, loss_over, median_abs_pct_error, more_gpu_rows, more_model_rows, pp_rows, published_model, published_rows,
+    comparison_log_loss, compare_published, dep_rows, earlier_release_rows, mla_rows, error_summary, log_loss, loss_over, median_abs_pct_error, more_gpu_rows, more_model_rows, pp_rows, published_model, published_rows,
     published_scenario, trtllm_bench_throughput,
 )
 from pipeline.planner.moe_timing import measured_moe_s
@@ -38,7 +38,7 @@ __all__ = [
     "DEFAULT_KV_FRACTION", "EFFICIENCY", "PRIOR", "PYTORCH_EFFICIENCY", "efficiency_for", "published_model", "published_rows", "GIB", "GOALS", "RUNTIME_RESERVE_GIB", "Alternative", "Efficiency", "Goal",
     "MemoryPlan", "ModelSpec", "PlanResult", "PlanSpec", "Prediction", "Scenario", "StepLoad", "StepTime",
     "ThroughputEstimate", "activation_bytes", "alternatives", "bits_per_weight", "check_tp", "compare_published", "comparison_log_loss", "error_summary",
-    "compute_rate", "dep_rows", "earlier_release_rows", "hbm_bandwidth", "measured_moe_s", "kv_bytes_per_token", "kv_heads_per_gpu", "log_loss", "loss_over", "max_throughput", "median_abs_pct_error",
+    "compute_rate", "dep_rows", "earlier_release_rows", "mla_rows", "hbm_bandwidth", "measured_moe_s", "kv_bytes_per_token", "kv_heads_per_gpu", "log_loss", "loss_over", "max_throughput", "median_abs_pct_error",
     "memory_plan", "model_spec_from_config", "model_spec_from_dict", "more_gpu_rows", "more_model_rows", "plan", "pp_rows", "predict", "prefill_time",
     "published_scenario", "recommend_build", "step_time", "trtllm_bench_throughput", "weight_bytes", "weight_bytes_per_gpu",
 ]

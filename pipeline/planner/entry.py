@@ -160,6 +160,9 @@ def plan(spec: PlanSpec) -> PlanResult:
             "name": model.name, "params_b": round(model.param_count / 1e9, 3), "layers": model.num_layers,
             "hidden": model.hidden_size, "heads": model.num_heads, "kv_heads": model.num_kv_heads,
             "head_dim": model.head_dim, "vocab": model.vocab_size, "tied_embeddings": model.tie_word_embeddings,
+            # multi-head latent attention: what its cache holds per token and layer (None: grouped-query attention)
+            "latent_attention": {"kv_lora_rank": model.latent_attention.kv_lora_rank,
+                                 "qk_rope_head_dim": model.latent_attention.qk_rope_head_dim} if model.latent_attention else None,
             "weights_gib_total": round(weight_bytes(model, quant) / GIB, 3),
             # layers that attend to their last N tokens, or their own N-token chunk, only: {N: layers} (the PyTorch backend
             # runs them so; engines do not)

@@ -88,14 +88,20 @@ def weight_bytes_read_per_step(model: ModelSpec, quant: QuantFormat | str, tp: i
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
-    """KV heads each TP rank holds: split when there are enough, else replicated (at least one)."""
+    """KV heads each TP rank holds: split when there are enough, else replicated (at least one). Latent attention caches
+    one latent per token that every rank holds whole."""
+    if model.latent_attention:
+        return 1
     return max(1, math.ceil(model.num_kv_heads / tp))
 
 
 @lru_cache(maxsize=4096)
 def kv_bytes_per_token(model: ModelSpec, kv: KvCacheFormat | str | None = None, tp: int = 1) -> float:
-    """2 (K and V) x layers x kv_heads x head_dim x bytes per element; per GPU when tp > 1."""
+    """2 (K and V) x layers x kv_heads x head_dim x bytes per element; per GPU when tp > 1. Latent attention: layers x
+    (kv_lora_rank + qk_rope_head_dim) x bytes, on every rank whatever the TP (planner/latent.py)."""
     fmt = as_kv(kv)
+    if model.latent_attention:
+        return model.num_layers * model.latent_attention.cached_elements * fmt.bytes_per_element
     heads = model.num_kv_heads if tp == 1 else kv_heads_per_gpu(model, tp)
     return 2 * model.num_layers * heads * model.head_dim * fmt.bytes_per_element
 

@@ -50,6 +50,12 @@ def dep_rows() -> list[dict[str, str]]:
     return packaged_fact_rows("trtllm_published_throughput_dep.tsv")
 
 
+def mla_rows() -> list[dict[str, str]]:
+    """Rows of pipeline/data/trtllm_published_throughput_mla.tsv: the 1.2-dev page's DeepSeek R1 runs (multi-head latent
+    attention, DEP), which no fit sees."""
+    return packaged_fact_rows("trtllm_published_throughput_mla.tsv")
+
+
 def more_gpu_rows() -> list[dict[str, str]]:
     """Rows of pipeline/data/trtllm_published_throughput_more_gpus.tsv: 1.0's PyTorch-backend rows on GPUs no fit sees
     (GB200; RTX PRO 6000 Blackwell Server Edition), whose figures are pipeline/data/gpus_added.tsv's."""
@@ -147,12 +153,19 @@ def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:
     return model.param_count - linear + (linear - experts) * packed + experts * _MXFP4_STORED_ELEMENTS
 
 
+def bench_head_size(model: ModelSpec) -> int:
+    """The head size trtllm-bench's heuristic reads from the config (ModelConfig.head_size: a `head_dim` key, else
+    hidden_size / num_attention_heads). DeepSeek's own configs, loaded through their remote code, have no head_dim, so
+    an MLA model counts hidden / heads (56 for DeepSeek-V3/R1) and its num_key_value_heads (128) as if it cached them."""
+    return model.hidden_size // model.num_heads if model.latent_attention else model.head_dim
+
+
 def trtllm_bench_limits(scenario: Scenario, backend: str = "tensorrt", kv_fraction: float = PUBLISHED_KV_FRACTION) -> dict[str, Any]:
     """The max_batch_size / max_num_tokens trtllm-bench picks for this scenario (see the comment above) when run with
     --kv_cache_free_gpu_mem_fraction `kv_fraction`, as a build."""
     model, tp, isl, osl = scenario.model, scenario.tp, scenario.isl, scenario.osl
     kv_bytes = 1.0 if scenario.kv.name == "fp8" else 2.0
-    per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * kv_bytes / _GIB
+    per_token_gib = 2 * model.num_layers * max(tp, model.num_kv_heads) * bench_head_size(model) * kv_bytes / _GIB
     memory_gib = (scenario.gpu.usable_memory_gib or 0) * scenario.gpus - bench_param_count(model, scenario.quant.name) * _BENCH_WEIGHT_BYTES.get(scenario.quant.name, 2.0) / _GIB
     requests = max(0.0, memory_gib * kv_fraction / (per_token_gib * (isl + osl)))
     raw_bs = min(requests, 4096) / scenario.pp  # per micro-batch

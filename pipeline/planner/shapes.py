@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.planner.checkpoint import checkpoint_precision
+from pipeline.planner.latent import LatentAttention, latent_attention_from
 
 
 class ModelSpec(BaseModel):
@@ -48,6 +49,7 @@ class ModelSpec(BaseModel):
     checkpoint_kv_cache: str | None = None  # the KV-cache precision it was calibrated for ("fp8"), where it names one
     expert_weights: str | None = None  # "mxfp4": routed experts stored as MXFP4 (GPT-OSS), every other layer at checkpoint_quant
     unread_quantization: str | None = None  # a quantization the planner cannot read (its quant_method): --quant must name it
+    latent_attention: LatentAttention | None = None  # multi-head latent attention (DeepSeek-V3): its cache and math differ
 
     def attended_tokens(self, context: float, *, prefill: bool = False) -> float:
         """The tokens a layer attends to, the mean over layers: `context` (a decoding sequence's KV length, or for
@@ -68,6 +70,8 @@ class ModelSpec(BaseModel):
     # parameter counts --------------------------------------------------------------------------------
     @property
     def attention_params_per_layer(self) -> int:
+        if self.latent_attention:
+            return self.latent_attention.params(self.hidden_size, self.num_heads)
         q = self.hidden_size * self.num_heads * self.head_dim
         kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
         o = self.num_heads * self.head_dim * self.hidden_size
@@ -133,7 +137,8 @@ class ModelSpec(BaseModel):
     @property
     def norm_params(self) -> int:
         qk = 2 * self.head_dim if self.qk_norm else 0
-        return (2 * self.num_layers + 1) * self.hidden_size + self.num_layers * qk
+        latent = self.latent_attention.norm_params if self.latent_attention else 0
+        return (2 * self.num_layers + 1) * self.hidden_size + self.num_layers * (qk + latent)
 
     @property
     def embedding_params(self) -> int:
@@ -229,15 +234,11 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
             f"{source} lacks {', '.join(missing)}: it is not a decoder-only causal LM config the planner understands.",
             hint="The planner reads Llama-style configs (hidden_size, num_hidden_layers, num_attention_heads, vocab_size).",
         )
-    if raw.get("kv_lora_rank"):  # DeepSeek-V2/V3, Kimi K2: multi-head latent attention
-        raise UnsupportedError(
-            f"{source} uses multi-head latent attention (kv_lora_rank {raw['kv_lora_rank']}): the planner does not model "
-            "its compressed KV cache or its attention math, so it would misstate memory and speed.",
-            hint="Plan a model with standard (grouped-query) attention; size MLA models from NVIDIA's published figures.",
-        )
     hidden = int(raw["hidden_size"])
     heads = int(raw["num_attention_heads"])
-    head_dim = raw.get("head_dim") or hidden // heads
+    latent = latent_attention_from(raw, source)
+    # MLA: a head's query and key width (transformers' DeepseekV3Config sets a head_dim of its own: the RoPE part)
+    head_dim = latent.query_key_dim if latent else raw.get("head_dim") or hidden // heads
     experts = int(raw.get("num_local_experts") or raw.get("num_experts") or raw.get("n_routed_experts") or 1)
     moe = _moe_shape(raw, int(raw["num_hidden_layers"])) if experts > 1 else {}
     intermediate = moe.pop("dense_intermediate_size", None) or raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
@@ -262,6 +263,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         qk_norm=str(raw.get("model_type", "")).startswith(("qwen3", "gemma3")),
         sliding_windows=_sliding_windows(raw, int(raw["num_hidden_layers"])),
         attention_chunks=_attention_chunks(raw, int(raw["num_hidden_layers"])),
+        latent_attention=latent,
         **moe,
         **checkpoint_precision(raw),
     )
@@ -332,7 +334,9 @@ def _moe_shape(raw: dict[str, Any], layers: int) -> dict[str, Any]:
     """An MoE's expert widths and which layers are MoE, from the keys each family uses: Mixtral and GPT-OSS
     (intermediate_size is the expert's width, every layer MoE), Qwen2/Qwen3-MoE (moe_intermediate_size, a shared expert
     of shared_expert_intermediate_size, decoder_sparse_step and mlp_only_layers), Llama 4 (intermediate_size for the
-    routed and the shared expert, intermediate_size_mlp for the dense layers, moe_layers or interleave_moe_layer_step)."""
+    routed and the shared expert, intermediate_size_mlp for the dense layers, moe_layers or interleave_moe_layer_step),
+    DeepSeek-V2/V3 (n_shared_experts experts of moe_intermediate_size beside the routed ones; the first
+    first_k_dense_replace layers dense at intermediate_size, then every moe_layer_freq-th layer MoE)."""
     if "intermediate_size_mlp" in raw:  # Llama 4
         step = int(raw.get("interleave_moe_layer_step") or 1)
         listed = raw.get("moe_layers")
@@ -340,6 +344,12 @@ def _moe_shape(raw: dict[str, Any], layers: int) -> dict[str, Any]:
         return {"expert_intermediate_size": int(raw["intermediate_size"]), "moe_layers": count,
                 "shared_expert_intermediate_size": int(raw["intermediate_size"]),
                 "dense_intermediate_size": int(raw["intermediate_size_mlp"])}
+    if "first_k_dense_replace" in raw or "n_shared_experts" in raw:  # DeepSeek-V2/V3, Kimi K2
+        first, every = int(raw.get("first_k_dense_replace") or 0), int(raw.get("moe_layer_freq") or 1)
+        count = sum(1 for i in range(layers) if i >= first and i % every == 0)
+        shared = int(raw.get("n_shared_experts") or 0) * int(raw["moe_intermediate_size"])
+        return {"expert_intermediate_size": int(raw["moe_intermediate_size"]), "moe_layers": count,
+                "shared_expert_intermediate_size": shared}
     if raw.get("moe_intermediate_size"):  # Qwen2-MoE, Qwen3-MoE
         step = int(raw.get("decoder_sparse_step") or 1)
         dense = set(raw.get("mlp_only_layers") or [])

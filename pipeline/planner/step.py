@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.core.quant import quant_format
 from pipeline.planner.comm import measured_allreduce_s, measured_collective_s
+from pipeline.planner.latent import LatentDecode, measured_decode_s
 from pipeline.planner.memory import ACTIVATION_BYTES, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step
 from pipeline.planner.moe_timing import measured_moe_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
@@ -24,6 +25,7 @@ from pipeline.planner.scenario import Scenario
 from pipeline.planner.stages import handovers_s
 
 BF16 = quant_format("bf16")
+FP8 = quant_format("fp8")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def gemm_roofline_s(read_s: float, compute_s: float, exponent: float | None) -> 
 
 def _measured_kv_fraction(scenario: Scenario) -> float | None:
     model, tp = scenario.model, scenario.attention_tp
+    if model.latent_attention:  # silicon's table times grouped-query attention only
+        return None
     return kv_read_fraction(scenario.gpu.key, scenario.kv.bytes_per_element, model.head_dim, model.num_heads / tp,
                             kv_heads_per_gpu(model, tp))
 
@@ -106,6 +110,7 @@ class StepWork:
     moe_s: float  # the MoE layers' measured seconds
     kv_read_bytes: float
     kv_fraction: float | None  # measured on silicon (None: the weight reads' fraction)
+    latent_decode: LatentDecode | None  # latent attention's decode (None: grouped-query attention, bound by its reads)
     context_flops: float
     allreduce_s: float
     num_layers: int
@@ -126,6 +131,8 @@ class StepWork:
         gemm_s += self.moe_s
         kv_fraction = eff.bandwidth if self.kv_fraction is None else self.kv_fraction
         decode_attention_s = self.kv_read_bytes / (self.hbm * kv_fraction) if self.kv_read_bytes else 0.0
+        if self.latent_decode and self.kv_read_bytes:
+            decode_attention_s = self.latent_decode.seconds(eff.compute_for(self.latent_decode.bits), decode_attention_s)
         context_attention_s = self.context_flops / attn_rate if attn_rate else 0.0
         overhead_s = eff.step_overhead_per_layer_s * self.num_layers + eff.per_sequence_layer_s * self.sequence_layers
         n = self.stages
@@ -173,11 +180,14 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     # Decode attention: every sequence reads its whole KV cache (a sliding-window layer its last W tokens, a chunked layer
     # its own chunk, where the backend runs them so).
     local = eff.sliding_windows
-    kv_read = decode * (model.attended_tokens(load.decode_context) if local else load.decode_context) * kv_bytes_per_token(model, kv, attention_tp)
+    attended = decode * (model.attended_tokens(load.decode_context) if local else load.decode_context)
+    kv_read = attended * kv_bytes_per_token(model, kv, attention_tp)
     # Context attention: QK^T and PV, 2 FLOPs each per (query, key, head, dim), causal span.
     heads = model.num_heads / attention_tp
     span = model.attended_tokens(load.prefill_context, prefill=True) if local else load.prefill_context
-    context_flops = 4 * model.num_layers * heads * model.head_dim * prefill_tokens * span
+    latent = model.latent_attention
+    pair_flops = latent.context_flops_per_pair(heads) if latent else 4 * heads * model.head_dim
+    context_flops = model.num_layers * pair_flops * prefill_tokens * span
     return StepWork(
         structure=eff.structure, decode=decode, prefill_tokens=prefill_tokens, tokens=tokens, hbm=hbm_bandwidth(gpu),
         gemm_rate=gemm_rate, activation_bits=quant.activation_bits, attention_rate=attn_rate,
@@ -186,9 +196,23 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
         head_flops=model.head_flops_per_token * logits / attention_tp, read_bytes=read_bytes,
         moe_s=(moe_layer_s or 0.0) * model.moe_layer_count, kv_read_bytes=kv_read,
         kv_fraction=_measured_kv_fraction(scenario) if kv_read and eff.kv_bandwidth_measured else None,
+        latent_decode=_latent_decode(scenario, eff, decode, attended) if latent else None,
         context_flops=context_flops, allreduce_s=_allreduce_s(scenario, tokens, expert_tokens), num_layers=model.num_layers,
         sequence_layers=decode * model.num_layers,
     )
+
+
+def _latent_decode(scenario: Scenario, eff: Efficiency, decode: float, attended: float) -> LatentDecode:
+    """Latent attention's decode over `attended` cached tokens of `decode` sequences: with an FP8 cache the query is
+    quantized too and both products run in FP8 (attentionOp.cpp mFP8GenerationMLA: trtllm-gen on Blackwell, fmha_v2 E4M3
+    on Hopper), else in 16-bit; silicon's time for it where the GPU was timed (planner/latent.py)."""
+    model, kv = scenario.model, scenario.kv
+    latent, heads = model.latent_attention, model.num_heads / scenario.attention_tp
+    math_format, bits = (FP8, 8) if kv.bytes_per_element <= 1 else (BF16, 16)
+    rate = measured_gemm_rate(scenario.gpu, math_format) if eff.gemm_rate_measured else compute_rate(scenario.gpu, math_format)
+    layer_s = measured_decode_s(latent, scenario.gpu.key, kv.bytes_per_element, heads, decode, attended)
+    return LatentDecode(flops=model.num_layers * latent.decode_flops_per_key(heads) * attended, rate=rate, bits=bits,
+                        measured_s=None if layer_s is None else model.num_layers * layer_s)
 
 
 def _allreduce_s(scenario: Scenario, tokens: float, expert_tokens: float) -> float:

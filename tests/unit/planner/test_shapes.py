@@ -60,6 +60,12 @@ _FAMILIES = {
                                                    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                                                    head_dim=16, num_local_experts=4, num_experts_per_tok=1,
                                                    interleave_moe_layer_step=2, vocab_size=256)),
+    "DeepseekV3ForCausalLM": ("DeepseekV3Config", dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                                       num_hidden_layers=3, first_k_dense_replace=1, n_routed_experts=4,
+                                                       n_shared_experts=1, num_experts_per_tok=2, num_attention_heads=4,
+                                                       num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,
+                                                       qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, vocab_size=256,
+                                                       n_group=1, topk_group=1)),
     "Qwen2ForCausalLM": ("Qwen2Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                                              tie_word_embeddings=False)),
@@ -86,15 +92,6 @@ def test_parameter_counts_match_transformers_model_classes(architecture: str) ->
     routed = sum(v for n, v in linear.items() if ".experts" in n)
     share = spec.experts_per_token / spec.num_experts if spec.num_experts > 1 else 1.0
     assert spec.active_params_per_token == pytest.approx(sum(linear.values()) - routed * (1 - share), abs=1)
-
-
-def test_multi_head_latent_attention_is_refused_not_misplanned() -> None:
-    """DeepSeek-V3's MLA caches a compressed latent, not heads x head_dim per layer: planned as GQA its KV cache would
-    come out ~25x too large, so the planner says it does not model it."""
-    raw = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
-           "num_key_value_heads": 128, "vocab_size": 129280, "kv_lora_rank": 512, "n_routed_experts": 256}
-    with pytest.raises(UnsupportedError, match="multi-head latent attention"):
-        P.model_spec_from_dict(raw, "deepseek-v3")
 
 
 @pytest.mark.parametrize("config_name", ["JambaConfig", "BambaConfig", "FalconH1Config", "NemotronHConfig",

@@ -1,0 +1,79 @@
+"""The planner against TensorRT-LLM's published DeepSeek R1 runs (pipeline/data/trtllm_published_throughput_mla.tsv: the
+1.2-dev page's DEP columns), which no fit sees: the check of the latent-attention model (planner/latent.py).
+
+Two figures per row: ours against the published one, and ours against AIConfigurator's estimate of the same row at the
+same batch (pipeline/data/aiconfigurator_predictions.tsv; rows where its own memory check made it halve the batch are left
+out of that comparison). AIConfigurator times DeepSeek's MLA and MoE kernels on silicon, so the second figure checks the
+planner's latent-attention arithmetic; the first adds what neither estimator knows about the published runs (the batch
+trtllm-bench gave them above all). scripts/plan_vs_published.py calls it; run alone it prints the same lines.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline import planner as P  # noqa: E402
+from plan_vs_aiconfigurator import _key, annotate, recorded_predictions  # noqa: E402
+from plan_vs_more_models import signed_summary  # noqa: E402
+
+
+def _against_aiconfigurator(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row that AIConfigurator estimated at the planner's own batch (as it stands: a row recorded at another batch is
+    left out until it is asked again): ours over theirs, as error_pct."""
+    recorded = recorded_predictions()
+    out = []
+    for row in rows:
+        theirs = recorded.get(_key(row))
+        per_gpu_batch = max(1, row["batch"] // row["tp"])  # a DEP row's batch as AIConfigurator was asked it: each GPU's
+        if theirs and theirs["status"] == "ok" and int(theirs["batch"]) == per_gpu_batch:
+            ratio = row["predicted_tokens_per_s"] / float(theirs["aiconfigurator_tokens_per_s"])
+            out.append({**row, "error_pct": round(100 * (ratio - 1), 2)})
+    return out
+
+
+def mla_report() -> dict[str, Any]:
+    rows = P.compare_published(None, P.mla_rows())
+    annotate(rows)
+    groups = []
+    for gpu, tp in sorted({(r["gpu"], r["tp"]) for r in rows}):
+        group = [r for r in rows if (r["gpu"], r["tp"]) == (gpu, tp)]
+        theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in group if "aiconfigurator_error_pct" in r]
+        groups.append({"gpu": gpu, "tp": tp, "published": signed_summary(group),
+                       **({"aiconfigurator_published": signed_summary(theirs)} if theirs else {}),
+                       "rows": group})
+    beside = _against_aiconfigurator(rows)
+    return {"table": "pipeline/data/trtllm_published_throughput_mla.tsv", "published": signed_summary(rows),
+            "against_aiconfigurator": {**signed_summary(beside), "compared": beside}, "groups": groups}
+
+
+def mla_lines(report: dict[str, Any]) -> list[str]:
+    prefix = "latent attention (DeepSeek R1 0528, DEP, never fitted):"
+
+    def figures(s: dict[str, Any]) -> str:
+        return (f"median |error| {s['median_abs_pct_error']:5.1f}%, worst {s['max_abs_pct_error']:5.1f}%, mean signed "
+                f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows")
+
+    lines = []
+    for g in report["groups"]:
+        theirs = g.get("aiconfigurator_published")
+        lines.append(f"{prefix} {g['gpu']:6s} DEP{g['tp']}: against the published figures {figures(g['published'])}"
+                     + (f"; AIConfigurator {theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
+                        f"{theirs['mean_signed_pct_error']:+.1f}%" if theirs else ""))
+    lines.append(f"{prefix} all: against the published figures {figures(report['published'])}")
+    lines.append(f"{prefix} against AIConfigurator at the same batch: {figures(report['against_aiconfigurator'])}")
+    return lines
+
+
+def mla_panel(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """plan_vs_published.plot's panel: one column per published table column."""
+    return {"latent attention, DeepSeek R1 (never fitted)": [
+        {"value": f"{g['gpu']} DEP{g['tp']}", **g["published"], "comparison": g["rows"]} for g in report["groups"]]}
+
+
+if __name__ == "__main__":
+    print("\n".join(mla_lines(mla_report())))
