@@ -28,6 +28,20 @@ def test_deepseek_r1_shapes_are_its_published_sizes() -> None:
     assert (DEEPSEEK.moe_layer_count, DEEPSEEK.shared_expert_intermediate_size, DEEPSEEK.head_dim) == (58, 2048, 192)
 
 
+def test_kimi_k2_reads_as_its_published_sizes() -> None:
+    """Kimi K2 (the DeepSeek-V3 architecture with 64 heads, 384 experts and one dense layer; the keys of
+    moonshotai/Kimi-K2-Instruct's config.json as AIConfigurator 0.12.0 ships it): Moonshot's "1T total, 32B activated"."""
+    raw = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 64, "num_key_value_heads": 64, "kv_lora_rank": 512, "q_lora_rank": 1536,
+           "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 384,
+           "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048, "first_k_dense_replace": 1,
+           "intermediate_size": 18432, "vocab_size": 163840, "moe_layer_freq": 1, "tie_word_embeddings": False}
+    kimi = P.model_spec_from_dict(raw, "kimi-k2")
+    assert kimi.param_count == pytest.approx(1.03e12, rel=0.01) and kimi.moe_layer_count == 60
+    assert kimi.active_params_per_token + kimi.embedding_params + kimi.lm_head_params == pytest.approx(32.9e9, rel=0.01)
+    assert P.kv_bytes_per_token(kimi, "fp8", 8) == 61 * 576
+
+
 @pytest.mark.parametrize("tp", [1, 2, 8])
 def test_the_cache_is_one_latent_per_token_and_layer_that_every_rank_holds(tp: int) -> None:
     """(kv_lora_rank + qk_rope_head_dim) elements per token and layer, K only (TensorRT-LLM's MLA cache: one KV head of
