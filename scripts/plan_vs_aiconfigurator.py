@@ -121,6 +121,29 @@ def side_by_side(
     return out
 
 
+def asked_batch(row: dict[str, Any]) -> int:
+    """The batch AIConfigurator is asked for a compared row: one GPU's under attention data parallelism, one micro-batch's
+    with pipeline stages (its agg estimate counts pp of them in flight), else the planner's batch."""
+    pp = int(row.get("pp") or 1)
+    if row.get("attention_dp"):
+        return max(1, row["batch"] // (row["tp"] * pp))
+    return max(1, row["batch"] // pp) if pp > 1 else row["batch"]
+
+
+def same_batch(comparison: list[dict[str, Any]], recorded: dict[tuple[str, ...], dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """The rows AIConfigurator estimated at the planner's own batch as it stands (a row it answered at a halved batch, or
+    recorded when the planner's batch was another, is left out): ours over its figure, as error_pct. Both then price the
+    same iterations, so this compares the two models' arithmetic, not the runs' settings."""
+    recorded = recorded if recorded is not None else recorded_predictions()
+    out = []
+    for row in comparison:
+        theirs = recorded.get(_key(row))
+        if theirs and theirs["status"] == "ok" and int(theirs["batch"]) == asked_batch(row):
+            ratio = row["predicted_tokens_per_s"] / float(theirs["aiconfigurator_tokens_per_s"])
+            out.append({**row, "error_pct": round(100 * (ratio - 1), 2)})
+    return out
+
+
 def _stats(name: str, errors: list[float]) -> dict[str, float]:
     return {f"{name}_median_abs_pct_error": round(P.median_abs_pct_error([{"error_pct": e} for e in errors]), 2),
             f"{name}_max_abs_pct_error": max(abs(e) for e in errors)}
@@ -145,11 +168,11 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         # experts split by TP, no EP (trtllm-bench's default); DEP rows: attention DP, experts over the GPUs, batch per GPU
         spec = P.published_model(row["model"])
         moe = {"moe_tp": row["tp"]} if spec.moe_layer_count else {}
-        pp = int(row.get("pp") or 1)  # AIConfigurator's batch is one micro-batch's; it counts pp of them in flight
+        pp = int(row.get("pp") or 1)
         if row.get("attention_dp"):
-            moe = {"attention_dp": True, "batch": max(1, row["batch"] // (row["tp"] * pp))}
+            moe = {"attention_dp": True, "batch": asked_batch(row)}
         elif pp > 1:
-            moe = {**moe, "batch": max(1, row["batch"] // pp)}
+            moe = {**moe, "batch": asked_batch(row)}
         if spec.moe_layer_count and row["precision"] != "MXFP4":  # the experts at the row's precision, as its checkpoint
             moe["moe_quant"] = gemm  # holds them (AIConfigurator's default for a config without quantization_config: BF16)
         out.append({**{k: row[k] for k in (*KEY, "batch") if k != "pp"}, "pp": pp, **moe, "system": SYSTEMS[row["gpu"]], "gemm": gemm, "kv": kv,

@@ -18,22 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import planner as P  # noqa: E402
-from plan_vs_aiconfigurator import _key, annotate, recorded_predictions  # noqa: E402
+from plan_vs_aiconfigurator import annotate, same_batch  # noqa: E402
 from plan_vs_more_models import signed_summary  # noqa: E402
-
-
-def _against_aiconfigurator(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row that AIConfigurator estimated at the planner's own batch (as it stands: a row recorded at another batch is
-    left out until it is asked again): ours over theirs, as error_pct."""
-    recorded = recorded_predictions()
-    out = []
-    for row in rows:
-        theirs = recorded.get(_key(row))
-        per_gpu_batch = max(1, row["batch"] // row["tp"])  # a DEP row's batch as AIConfigurator was asked it: each GPU's
-        if theirs and theirs["status"] == "ok" and int(theirs["batch"]) == per_gpu_batch:
-            ratio = row["predicted_tokens_per_s"] / float(theirs["aiconfigurator_tokens_per_s"])
-            out.append({**row, "error_pct": round(100 * (ratio - 1), 2)})
-    return out
 
 
 def mla_report() -> dict[str, Any]:
@@ -46,7 +32,7 @@ def mla_report() -> dict[str, Any]:
         groups.append({"gpu": gpu, "tp": tp, "published": signed_summary(group),
                        **({"aiconfigurator_published": signed_summary(theirs)} if theirs else {}),
                        "rows": group})
-    beside = _against_aiconfigurator(rows)
+    beside = same_batch(rows)
     return {"table": "pipeline/data/trtllm_published_throughput_mla.tsv", "published": signed_summary(rows),
             "against_aiconfigurator": {**signed_summary(beside), "compared": beside}, "groups": groups}
 

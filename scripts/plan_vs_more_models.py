@@ -19,7 +19,7 @@ from typing import Any
 
 from pipeline import planner as P
 from pipeline.planner.moe_timing import moe_key, moe_timing_for
-from plan_vs_aiconfigurator import SYSTEMS as AIC_SYSTEMS, _key, annotate, side_by_side
+from plan_vs_aiconfigurator import SYSTEMS as AIC_SYSTEMS, _key, annotate, same_batch, side_by_side
 
 MOE_PREFIX = "mixtral"  # the rows that fit the engines' MoE constant; every other row is never fitted
 MOE_BOUNDS = (0.3, 1.0)  # a share of the dense rate; set before the fit, and no fold reaches either end (0.63-0.69)
@@ -118,10 +118,12 @@ def dep_report() -> dict[str, Any]:
                                                                         and int(r["tp"]) == tp))
         timing = moe_timing_for(moe_key(scenario.gpu, scenario.quant, scenario.model, tp, expert_parallel=True))
         beside = side_by_side(group)  # AIConfigurator's figures for the rows it estimates (none where it refused them all)
+        same = same_batch(group)  # and ours over its figure where it priced the planner's own batch
         groups.append({"model": model, "gpu": gpu, "tp": tp, "experts_timed_on_silicon": bool(timing and not timing.donor),
                        "experts_carried_from": timing.donor if timing else None,
                        "summary": P.error_summary(group), "mean_signed_pct_error": round(mean_signed(group), 2),
-                       **({"aiconfigurator": beside[0]} if beside else {}), "rows": group})
+                       **({"aiconfigurator": beside[0]} if beside else {}),
+                       **({"against_aiconfigurator_same_batch": signed_summary(same)} if same else {}), "rows": group})
     timed = [r for g in groups if g["experts_timed_on_silicon"] for r in g["rows"]]
     carried = [r for g in groups if g["experts_carried_from"] for r in g["rows"]]
     aic["per_gpu"] = side_by_side(rows)
@@ -188,7 +190,9 @@ def report_lines(report: dict[str, Any]) -> list[str]:
                      f"signed {g['mean_signed_pct_error']:+.1f}%"
                      + ("" if g["experts_timed_on_silicon"] else f"; experts carried over from {g['experts_carried_from']}'s timing"
                         if g["experts_carried_from"] else "; no silicon timing of these experts (dense GEMM rate)")
-                     + "; " + _aic_group(g, "not recorded"))
+                     + "; " + _aic_group(g, "not recorded")
+                     + (f"; ours over AIConfigurator's at the same batch {g['against_aiconfigurator_same_batch']['mean_signed_pct_error']:+.1f}% "
+                        f"({g['against_aiconfigurator_same_batch']['rows']} rows)" if "against_aiconfigurator_same_batch" in g else ""))
     lines += [_aic_per_gpu(prefix_dep, entry) for entry in dep["aiconfigurator"]["per_gpu"]]
     for name, key in (("all", "summary"), ("experts timed on silicon", "timed_on_silicon"),
                       ("experts carried over from another GPU", "carried_over")):
