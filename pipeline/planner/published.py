@@ -156,7 +156,9 @@ def bench_param_count(model: ModelSpec, quant: str = "bf16") -> float:
 def bench_head_size(model: ModelSpec) -> int:
     """The head size trtllm-bench's heuristic reads from the config (ModelConfig.head_size: a `head_dim` key, else
     hidden_size / num_attention_heads). DeepSeek's own configs, loaded through their remote code, have no head_dim, so
-    an MLA model counts hidden / heads (56 for DeepSeek-V3/R1) and its num_key_value_heads (128) as if it cached them."""
+    an MLA model counts hidden / heads (56 for DeepSeek-V3/R1) and its num_key_value_heads (128) as if it cached them:
+    the heuristic learnt the latent cache only in NVIDIA/TensorRT-LLM#16707 (merged July 2026, "overestimating KV
+    bytes/token ~25x for MLA models"), after the 1.2-dev page's runs and the pinned 1.1.0."""
     return model.hidden_size // model.num_heads if model.latent_attention else model.head_dim
 
 
