@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.core.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.data import packaged_fact_rows
 
 
@@ -90,7 +90,16 @@ class LatentDecode:
 
 
 def latent_attention_from(raw: dict[str, Any], source: str) -> LatentAttention | None:
-    """The MLA shape of an HF config, None for any other attention."""
+    """The MLA shape of an HF config, None for any other attention; refuses the attention that picks or pools the tokens
+    it attends to (DeepSeek-V3.2's sparse attention, V4's compressed one), which the planner would price as dense."""
+    for key, kind in (("index_topk", "sparse attention (a lightning indexer picks each query's top-k tokens)"),
+                      ("compress_ratios", "compressed attention (the cache pools tokens)")):
+        if raw.get(key):
+            raise UnsupportedError(
+                f"{source} uses {kind}, `{key}` ({raw.get('model_type', 'unknown')}): the planner prices every cached "
+                "token as attended and holds no indexer or pooled cache, so it would misstate memory and speed.",
+                hint="Plan a model with dense attention (grouped-query or DeepSeek-V3's latent attention); size this one from "
+                     "NVIDIA's published figures or your own bench.")
     if not raw.get("kv_lora_rank"):
         return None
     missing = [key for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if not raw.get(key)]

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.cli import run
-from pipeline.core.errors import InvalidInputError
+from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.quant import kv_cache_format
 from pipeline.planner.caveats import accuracy_caveats
 from pipeline.planner.latent import _decode_table
@@ -86,6 +86,17 @@ def test_where_silicon_timed_it_a_layer_takes_silicons_time_which_the_fp8_math_r
         assert work.time(eff).decode_attention_s == work.latent_decode.measured_s
         fallback = 2 * 128 * (576 + 512) / (work.latent_decode.rate * eff.compute_8bit)
         assert low < per_token / fallback < high, gpu
+
+
+@pytest.mark.parametrize(("key", "value", "kind"), [("index_topk", 2048, "sparse attention"),
+                                                    ("compress_ratios", [1, 4, 128], "compressed attention")])
+def test_sparse_or_compressed_attention_is_refused_not_priced_as_dense(key: str, value: object, kind: str) -> None:
+    """DeepSeek-V3.2 attends to an indexer's top-k tokens (index_topk) and V4 pools its cache (compress_ratios, no
+    kv_lora_rank): planned as dense attention they would come out slow at long context, and their caches wrong."""
+    raw = {"model_type": "deepseek_v32", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+           "vocab_size": 129280, key: value}
+    with pytest.raises(UnsupportedError, match=kind):
+        P.model_spec_from_dict(raw, "deepseek")
 
 
 def test_a_latent_config_without_its_head_sizes_is_refused() -> None:
