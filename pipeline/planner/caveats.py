@@ -1,7 +1,7 @@
 """What NVIDIA's published figures say of how far to trust a prediction, printed beside it (`pipeline plan`, the SLO
-search): of an MoE prediction, of a model with latent attention, of a GPU no fit saw or no published figure checks, of a PyTorch-backend prediction bound by
-TP's all-reduce, of a TTFT p50 bound, and of a plan with pipeline stages. Each figure is asserted against the report that
-computes it (scripts/plan_vs_*.py) in tests/unit/planner/."""
+search): of an MoE prediction, of a model with latent attention, of a GPU no fit saw or no published figure checks, of a
+PyTorch-backend prediction bound by TP's all-reduce, of a TTFT p50 bound, and of a plan with pipeline stages. Each figure
+is asserted against the report that computes it (scripts/plan_vs_*.py) in tests/unit/planner/."""
 
 from __future__ import annotations
 
