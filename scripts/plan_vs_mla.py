@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import planner as P  # noqa: E402
 from plan_vs_aiconfigurator import annotate, same_batch  # noqa: E402
-from plan_vs_more_models import signed_summary  # noqa: E402
+from plan_vs_more_models import signed_summary, summary_beside_aiconfigurator, summary_text  # noqa: E402
 
 
 def mla_report() -> dict[str, Any]:
@@ -28,10 +28,7 @@ def mla_report() -> dict[str, Any]:
     groups = []
     for gpu, tp in sorted({(r["gpu"], r["tp"]) for r in rows}):
         group = [r for r in rows if (r["gpu"], r["tp"]) == (gpu, tp)]
-        theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in group if "aiconfigurator_error_pct" in r]
-        groups.append({"gpu": gpu, "tp": tp, "published": signed_summary(group),
-                       **({"aiconfigurator_published": signed_summary(theirs)} if theirs else {}),
-                       "rows": group})
+        groups.append({"gpu": gpu, "tp": tp, "published": summary_beside_aiconfigurator(group), "rows": group})
     beside = same_batch(rows)
     return {"table": "pipeline/data/trtllm_published_throughput_mla.tsv", "published": signed_summary(rows),
             "against_aiconfigurator": {**signed_summary(beside), "compared": beside}, "groups": groups}
@@ -39,19 +36,10 @@ def mla_report() -> dict[str, Any]:
 
 def mla_lines(report: dict[str, Any]) -> list[str]:
     prefix = "latent attention (DeepSeek R1 0528, DEP, never fitted):"
-
-    def figures(s: dict[str, Any]) -> str:
-        return (f"median |error| {s['median_abs_pct_error']:5.1f}%, worst {s['max_abs_pct_error']:5.1f}%, mean signed "
-                f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows")
-
-    lines = []
-    for g in report["groups"]:
-        theirs = g.get("aiconfigurator_published")
-        lines.append(f"{prefix} {g['gpu']:6s} DEP{g['tp']}: against the published figures {figures(g['published'])}"
-                     + (f"; AIConfigurator {theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
-                        f"{theirs['mean_signed_pct_error']:+.1f}%" if theirs else ""))
-    lines.append(f"{prefix} all: against the published figures {figures(report['published'])}")
-    lines.append(f"{prefix} against AIConfigurator at the same batch: {figures(report['against_aiconfigurator'])}")
+    lines = [f"{prefix} {g['gpu']:6s} DEP{g['tp']}: against the published figures {summary_text(g['published'])}"
+             for g in report["groups"]]
+    lines.append(f"{prefix} all: against the published figures {summary_text(report['published'])}")
+    lines.append(f"{prefix} against AIConfigurator at the same batch: {summary_text(report['against_aiconfigurator'])}")
     return lines
 
 

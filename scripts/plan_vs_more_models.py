@@ -142,6 +142,25 @@ def signed_summary(comparison: list[dict[str, Any]]) -> dict[str, Any]:
     return {**P.error_summary(comparison), "mean_signed_pct_error": round(mean_signed(comparison), 2)}
 
 
+def summary_beside_aiconfigurator(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """signed_summary of ours, and under `aiconfigurator` of AIConfigurator's over the rows its recorded table estimates
+    (pipeline/data/aiconfigurator_predictions.tsv), where it has any."""
+    out = signed_summary(rows)
+    theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in rows if "aiconfigurator_error_pct" in r]
+    if theirs:
+        out["aiconfigurator"] = signed_summary(theirs)
+    return out
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    """A summary_beside_aiconfigurator as one printed clause."""
+    theirs = s.get("aiconfigurator")
+    return (f"median |error| {s['median_abs_pct_error']:5.1f}%, worst {s['max_abs_pct_error']:5.1f}%, mean signed "
+            f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows"
+            + (f"; AIConfigurator {theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
+               f"{theirs['mean_signed_pct_error']:+.1f}% on {theirs['rows']}" if theirs else ""))
+
+
 def _as_dense(backend: str, model: str) -> dict[str, Any]:
     """For an MoE whose backend times its experts on silicon: the same rows with the experts at the dense GEMM rate."""
     eff = P.efficiency_for(backend)

@@ -17,17 +17,7 @@ from typing import Any
 
 from pipeline import planner as P
 from plan_vs_aiconfigurator import annotate, side_by_side
-from plan_vs_more_models import signed_summary
-
-
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ours, and AIConfigurator's over the rows its recorded table estimates (pipeline/data/aiconfigurator_predictions.tsv:
-    --pp-size, the batch one micro-batch's), where it has any."""
-    out = signed_summary(rows)
-    theirs = [{"error_pct": r["aiconfigurator_error_pct"]} for r in rows if "aiconfigurator_error_pct" in r]
-    if theirs:
-        out["aiconfigurator"] = signed_summary(theirs)
-    return out
+from plan_vs_more_models import summary_beside_aiconfigurator as _summary, summary_text
 
 
 def _gain_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -74,18 +64,11 @@ def pp_report() -> dict[str, Any]:
 def pp_lines(report: dict[str, Any]) -> list[str]:
     prefix = "pipeline parallelism (RTX PRO 6000, never fitted):"
 
-    def figures(s: dict[str, Any]) -> str:
-        theirs = s.get("aiconfigurator")
-        return (f"median |error| {s['median_abs_pct_error']:5.1f}%, worst {s['max_abs_pct_error']:5.1f}%, mean signed "
-                f"{s['mean_signed_pct_error']:+.1f}% over {s['rows']} rows"
-                + (f"; AIConfigurator {theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
-                   f"{theirs['mean_signed_pct_error']:+.1f}% on {theirs['rows']}" if theirs else ""))
-
     lines = [f"{prefix} {g['trtllm_version']:7s} {g['model']:16s} {'DEP' if g['attention_dp'] else 'TP'}{g['tp']},PP{g['pp']}: "
-             + figures(g["summary"]) for g in report["groups"]]
-    lines += [f"{prefix} dense models: {figures(report['dense'])}", f"{prefix} MoE models (DEP): {figures(report['moe'])}",
-              f"{prefix} all: {figures(report['summary'])}",
-              f"{prefix} the gain over one stage (same page, model, TP or DEP, ISL/OSL): {figures(report['gain_over_one_stage']['summary'])}"]
+             + summary_text(g["summary"]) for g in report["groups"]]
+    lines += [f"{prefix} dense models: {summary_text(report['dense'])}", f"{prefix} MoE models (DEP): {summary_text(report['moe'])}",
+              f"{prefix} all: {summary_text(report['summary'])}",
+              f"{prefix} the gain over one stage (same page, model, TP or DEP, ISL/OSL): {summary_text(report['gain_over_one_stage']['summary'])}"]
     return lines
 
 
