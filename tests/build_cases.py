@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,15 @@ def tiny_hf(folder: Path) -> Path:
     (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}))
     (folder / "tokenizer_config.json").write_text("{}")
     return folder
+
+
+@contextmanager
+def in_build_root(root: Path) -> Iterator[Path]:
+    """PIPELINE_BUILD_DIR set to `root` for the block: a wider-scoped fixture's builds land there (beside the session's
+    demo model), not in the checkout's build/."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PIPELINE_BUILD_DIR", str(root))
+        yield root
 
 
 @pytest.fixture()

@@ -51,13 +51,11 @@ def make_deployable(root: Path, *, hf_dir: Path | None = None, gpu: str = "cpu",
 def build_cpu_deployable(hf_dir: Path) -> Path:
     """`pipeline build --backend pytorch --gpu cpu --checkpoint hf_dir`, through the library: the deployable the
     user gets (build/<model>/engines/<profile-id>/ beside hf_dir's model folder)."""
-    import pytest
-
+    from build_cases import in_build_root
     from pipeline.build import BuildSpec
     from pipeline.build.pytorch import build_pytorch
 
-    with pytest.MonkeyPatch.context() as patch:  # hf_dir's build root (build/<model>/hf), not the checkout's build/
-        patch.setenv("PIPELINE_BUILD_DIR", str(hf_dir.parents[1]))
+    with in_build_root(hf_dir.parents[1]):  # hf_dir's build root (build/<model>/hf), not the checkout's build/
         return Path(build_pytorch(BuildSpec(backend="pytorch", gpu="cpu", checkpoint=hf_dir)).deploy_dir)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from build_cases import in_build_root
 from lora_cases import ATTENTION, MLP, bench_lora_mix, make_adapter, smoke_lora
 
 pytestmark = pytest.mark.server
@@ -21,8 +22,7 @@ def lora_server(demo_hf_dir, session_build_root, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora-deploy")
     sql = make_adapter(demo_hf_dir, root / "sql", rank=8, targets=ATTENTION, scale=0.2)
     chat = make_adapter(demo_hf_dir, root / "chat", rank=4, targets=ATTENTION + MLP, seed=2, scale=0.2)
-    with pytest.MonkeyPatch.context() as patch:  # beside the demo model, not in the checkout's build/
-        patch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
+    with in_build_root(session_build_root):  # beside the demo model, not in the checkout's build/
         engine = build_engine(BuildSpec(gpu="cpu", checkpoint=demo_hf_dir, max_batch_size=4, max_input_len=256,
                                         max_seq_len=512, lora=(f"sql={sql}", f"chat={chat}"))).engine_dir
     repo = render(RenderSpec(engine=engine, runtime="reference", out=root / "repo")).repo

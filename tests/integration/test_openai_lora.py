@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from build_cases import in_build_root
 from lora_cases import ATTENTION, MLP, bench_lora_mix, make_adapter, peft_greedy, smoke_lora
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -24,8 +25,7 @@ def lora_openai(demo_hf_dir, session_build_root, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora-openai")
     sql = make_adapter(demo_hf_dir, root / "sql", rank=8, targets=ATTENTION, scale=0.2)
     chat = make_adapter(demo_hf_dir, root / "chat", rank=4, targets=ATTENTION + MLP, seed=2, scale=0.2)
-    with pytest.MonkeyPatch.context() as patch:  # beside the demo model, not in the checkout's build/
-        patch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
+    with in_build_root(session_build_root):  # beside the demo model, not in the checkout's build/
         deploy = build_engine(BuildSpec(gpu="cpu", backend="pytorch", checkpoint=demo_hf_dir, max_batch_size=4,
                                         max_seq_len=512, lora=(f"sql={sql}", f"chat={chat}"))).deploy_dir
     deployable = read_deployable(deploy)

@@ -26,6 +26,8 @@ import pytest
 
 from pipeline.cli import run
 
+from build_cases import in_build_root
+
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 CAL_ISL, CAL_OSL = 64, 16  # the other ISL/OSL: calibrated on it, predicting ISL/OSL
@@ -34,8 +36,7 @@ ISL, OSL = 256, 8  # the SLO's traffic: a different ISL/OSL
 
 @pytest.fixture(scope="module")
 def env(demo_hf_dir: Path, session_build_root: Path):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PIPELINE_BUILD_DIR", str(session_build_root))
+    with in_build_root(session_build_root):
         yield {"hf": demo_hf_dir, "root": session_build_root}
 
 
