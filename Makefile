@@ -52,22 +52,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-# test: every test, in two halves: first those that start no tritonserver, on TEST_WORKERS pytest-xdist workers (the
-# tests that load the demo model go to one worker as a group, so it is converted once), then those that do, one at a
-# time (tritonservers beside each other have hung loading their Python models). TEST_BARRIER runs between the two
-# (empty here; .ci/run waits there for the image build it started beside the first half). Each half prints its
-# slowest tests (where CI time goes).
+# test: every test, in two halves: first those that start no tritonserver and load no demo model (test-fast's, and
+# the long CPU ones), then the rest. TEST_BARRIER runs between the two (empty here; .ci/run waits there for the image
+# build it started beside the first half: beside a build, tritonservers have hung loading their Python models). Each
+# half prints its slowest tests (where CI time goes).
 TEST_BARRIER ?=
-TEST_WORKERS ?= 2
-NO_SERVER_TESTS := not server and not soak
+NO_SERVER_TESTS := not model and not server and not soak
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "$(NO_SERVER_TESTS)" -n $(TEST_WORKERS) --dist loadgroup --durations=10
+	$(BIN)/python -m pytest -q tests -m "$(NO_SERVER_TESTS)" --durations=10
 	$(TEST_BARRIER)
 	$(BIN)/python -m pytest -q tests -m "not ($(NO_SERVER_TESTS))" --durations=25
 
 # test-fast: every test that needs no demo model, no tritonserver and no long CPU work (markers in pyproject.toml)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not model and $(NO_SERVER_TESTS) and not slow"
+	$(BIN)/python -m pytest -q tests -m "$(NO_SERVER_TESTS) and not slow"
 
 gpus: $(STAMP)
 	$(PIPE) gpus

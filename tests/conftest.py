@@ -14,10 +14,6 @@ import pytest
 # tests/download_fixtures.py: the tiny checkpoint, build root, HF cache and stand-in Hub fixtures, for every suite
 pytest_plugins = ("download_fixtures",)
 
-# The CLI's tables are read by tests as piped output renders them (pipeline/core/output.py), whatever terminal width the
-# caller's environment names: pytest-xdist's workers are given COLUMNS=80, which would wrap their cells.
-os.environ.pop("COLUMNS", None)
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
@@ -33,7 +29,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         used = set(getattr(item, "fixturenames", ()))
         if used & _MODEL_FIXTURES:
             item.add_marker(pytest.mark.model)
-            item.add_marker(pytest.mark.xdist_group("demo_model"))  # one xdist worker loads it (make test)
         if used & _SERVER_FIXTURES or item.get_closest_marker("triton") is not None:
             item.add_marker(pytest.mark.server)
 
