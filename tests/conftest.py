@@ -14,6 +14,10 @@ import pytest
 # tests/download_fixtures.py: the tiny checkpoint, build root, HF cache and stand-in Hub fixtures, for every suite
 pytest_plugins = ("download_fixtures",)
 
+# The tests read the CLI's tables as piped output renders them (pipeline/core/output.py: as wide as they need), whatever
+# terminal width the environment they run in names: COLUMNS=80 would wrap the cells they look for.
+os.environ.pop("COLUMNS", None)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
