@@ -58,8 +58,14 @@ _HEADER = """\
 # later page publishes at the same model, GPU, TP, precision and ISL/OSL. The rows of trtllm_published_throughput_pp.tsv
 # (pipeline stages, `pp` above 1; every other row has pp 1) were added with --record-missing-aiconfigurator: --pp-size PP,
 # and --batch-size one micro-batch's (the planner's batch over PP, and over TP too for the DEP ones), as AIConfigurator's
-# agg estimate counts PP micro-batches in flight.
+# agg estimate counts PP micro-batches in flight. A row whose checkpoint left layers unquantized (`checkpoint_excludes`:
+# DeepSeek R1's NVFP4 rows) is asked with a model folder of its own whose hf_quant_config.json names them as ModelOpt's
+# exclude_modules, which AIConfigurator reads (the 10 rows re-asked so with --record-missing-aiconfigurator).
 """
+
+
+# the ModelOpt quant_algo of a published precision, for a checkpoint's hf_quant_config.json
+MODELOPT_ALGO = {"FP4": "NVFP4", "FP8": "FP8"}
 
 
 def quant_modes(row: dict[str, Any]) -> tuple[str, str]:
@@ -162,8 +168,14 @@ def jobs(comparison: list[dict[str, Any]], models_root: Path) -> list[dict[str, 
         raw = json.loads(resources.files("pipeline.data").joinpath("published_models", f"{row['model']}.json").read_text(encoding="utf-8"))
         config = {k: v for k, v in raw.items() if not k.startswith("_")}
         folder = models_root / row["model"]
+        if row.get("checkpoint_excludes"):  # the run's checkpoint left these layers unquantized: said as ModelOpt says it
+            folder = models_root / f"{row['model']}-{row['precision'].lower()}"
+            folder.mkdir(parents=True, exist_ok=True)
+            quantization = {"quant_algo": MODELOPT_ALGO[row["precision"]], "exclude_modules": list(row["checkpoint_excludes"])}
+            (folder / "hf_quant_config.json").write_text(json.dumps({"quantization": quantization}), encoding="utf-8")
+            config = {**config, "_hf_quant_config": quantization}  # in the hash below only
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if not k.startswith("_")}), encoding="utf-8")
         gemm, kv = quant_modes(row)
         # experts split by TP, no EP (trtllm-bench's default); DEP rows: attention DP, experts over the GPUs, batch per GPU
         spec = P.published_model(row["model"])

@@ -130,7 +130,9 @@ def _attention(model: dict) -> str:
 def _table(result: PlanResult):
     mem, model = result.memory, result.model
     stored = (f"; checkpoint stored as {model['checkpoint_quant']}" + (f" with {model['expert_weights'].upper()} experts"
-              if model.get("expert_weights") else "")) if model.get("checkpoint_quant") else ""
+              if model.get("expert_weights") else "")
+              + (f", {model['sixteen_bit_params_b']} B of its linear weights left 16-bit" if model.get("sixteen_bit_params_b") else "")
+              ) if model.get("checkpoint_quant") else ""
     rows: list[list[object]] = [
         ["model", f"{model['name']}: {model['params_b']} B params{stored}, {model['layers']} layers, "
                   + _attention(model)

@@ -30,11 +30,16 @@ _PYTORCH_MXFP4 = ("MXFP4 experts (GPT-OSS): NVIDIA's published rows of GPT-OSS 2
 # What the published DeepSeek R1 rows say of a model with multi-head latent attention (scripts/plan_vs_mla.py; asserted in
 # tests/unit/planner/test_latent_attention.py).
 _LATENT_ATTENTION = ("multi-head latent attention (DeepSeek): NVIDIA's published DeepSeek R1 0528 rows (1.2-dev page, DEP; "
-                     "never fitted) came out 28.3% off in the median and 58% at worst, 26% slow on B200 and 41% fast on H200 "
-                     "in the mean; AIConfigurator, which times DeepSeek's attention and experts on silicon, lands within 8.1% "
-                     "of this planner at the same batch (12 rows), so the gap is in what neither knows of those runs (the "
+                     "never fitted) came out 27.8% off in the median and 58% at worst, 27% slow on B200 and 41% fast on H200 "
+                     "in the mean; AIConfigurator, which times DeepSeek's attention and experts on silicon, lands within 11.2% "
+                     "of this planner at the same batch (11 rows), so the gap is in what neither knows of those runs (the "
                      "batch trtllm-bench gave them, first of all): trust the memory plan, treat the throughput as a rough "
                      "guide and calibrate from your own bench (pipeline plan --calibrate)")
+
+_LATENT_TP = ("multi-head latent attention under TP{tp} without attention data parallelism: the latent KV cache is shared by "
+              "every head, so each of the {tp} GPUs holds every request's whole cache and together they hold no more sequences "
+              "than one; --attention-dp (enable_attention_dp, NVIDIA's DEP runs of DeepSeek) holds each request's cache on one "
+              "GPU")
 
 _PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (1.2-dev page; never fitted) came out, where "
                 "silicon timed the experts at that expert parallelism, 10.0% off in the median and 44% at worst: Llama 4 "
@@ -43,12 +48,14 @@ _PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (
 
 
 def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,
-                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None) -> list[str]:
+                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None, tp: int = 1) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
     beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
     and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism;
-    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement."""
+    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement; tp: the
+    plan's TP, which replicates a latent KV cache without attention data parallelism."""
     latent = [_LATENT_ATTENTION] if model.latent_attention else []
+    latent += [_LATENT_TP.format(tp=tp)] if latent and tp > 1 and not attention_dp else []
     if not model.moe_layer_count:
         return latent
     caveats = latent + _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)

@@ -3,9 +3,13 @@ it (no weights opened)."""
 
 from __future__ import annotations
 
-from typing import Any
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
+
+if TYPE_CHECKING:
+    from pipeline.planner.shapes import ModelSpec
 
 # What a quantized checkpoint declares, read as TensorRT-LLM's PyTorch backend reads it (tensorrt_llm/_torch/model_config.py
 # @1a0dc5f7 ModelConfig.from_pretrained): ModelOpt's hf_quant_config.json first (load_modelopt_quant_config: quant_algo,
@@ -50,3 +54,57 @@ def checkpoint_precision(raw: dict[str, Any]) -> dict[str, str | None]:
     if method in ("awq", "gptq") and bits in (4, 8):
         return {"checkpoint_quant": "int4_awq" if bits == 4 else "int8_wo"}
     return {"unread_quantization": f"quant_method {method or '(none)'}"}
+
+
+def excluded_module_globs(raw: dict[str, Any]) -> tuple[str, ...]:
+    """The module-name globs a quantized checkpoint leaves unquantized: ModelOpt's exclude_modules (hf_quant_config.json,
+    or config.json's quantization_config) and the `ignore` / `modules_to_not_convert` lists other exporters write there."""
+    config = raw.get("quantization_config")
+    if not isinstance(config, dict):
+        return ()
+    lists = (config.get(key) for key in ("exclude_modules", "ignore", "modules_to_not_convert"))
+    return tuple(str(glob) for globs in lists if isinstance(globs, list) for glob in globs)
+
+
+# Where a multimodal checkpoint keeps the language model's layers, besides the plain `model.layers`
+_LAYER_PREFIXES = ("model.layers", "language_model.model.layers", "model.language_model.layers")
+
+
+def sixteen_bit_linear_params(model: ModelSpec, globs: tuple[str, ...]) -> int:
+    """The linear weights outside the routed experts that `globs` leave in 16-bit, matched as TensorRT-LLM matches them
+    (fnmatchcase of the module name against each glob: QuantConfig.is_module_excluded_from_quantization, NVIDIA/TensorRT-LLM
+    @01ea6d79 tensorrt_llm/models/modeling_utils.py) with the Hugging Face names of each layer's projections, and of their
+    parents: a checkpoint that excludes `model.layers.*.self_attn` stores its projections unquantized. NVIDIA's
+    NVFP4 DeepSeek and Kimi checkpoints leave their attention so (AIConfigurator 0.12.0's models/helpers.py names them).
+    The dense layers are taken to be the first ones (DeepSeek's first_k_dense_replace); an exclusion of routed experts
+    is not read: they keep the checkpoint's precision."""
+    per_layer = _attention_projections(model)
+    width, shared = model.intermediate_size, model.shared_expert_intermediate_size
+    mlp = "feed_forward" if model.model_type.startswith("llama4") else "mlp"
+    shared_name = "shared_experts" if model.latent_attention or "deepseek" in model.model_type else "shared_expert"
+    dense_layers = model.num_layers - model.moe_layer_count
+    kept = 0
+    for layer in range(model.num_layers):
+        ffn_name, ffn_width = (mlp, width) if layer < dense_layers else (f"{mlp}.{shared_name}", shared)
+        ffn = [(f"{ffn_name}.{proj}", model.hidden_size * ffn_width) for proj in ("gate_proj", "up_proj", "down_proj")] if ffn_width else []
+        for suffix, params in per_layer + ffn:
+            names = [f"{prefix}.{layer}.{suffix}" for prefix in _LAYER_PREFIXES]
+            names += [name.rsplit(".", depth)[0] for name in names for depth in range(1, suffix.count(".") + 1)]
+            if any(fnmatchcase(name, glob) for name in names for glob in globs):
+                kept += params
+    return kept
+
+
+def _attention_projections(model: ModelSpec) -> list[tuple[str, int]]:
+    """One layer's attention projections: (name under the layer, weights)."""
+    hidden, heads, latent = model.hidden_size, model.num_heads, model.latent_attention
+    if latent:
+        query = ([("self_attn.q_a_proj", hidden * latent.q_lora_rank),
+                  ("self_attn.q_b_proj", latent.q_lora_rank * heads * latent.query_key_dim)] if latent.q_lora_rank
+                 else [("self_attn.q_proj", hidden * heads * latent.query_key_dim)])
+        return query + [("self_attn.kv_a_proj_with_mqa", hidden * latent.cached_elements),
+                        ("self_attn.kv_b_proj", latent.kv_lora_rank * heads * (latent.qk_nope_head_dim + latent.v_head_dim)),
+                        ("self_attn.o_proj", heads * latent.v_head_dim * hidden)]
+    query, kv = heads * model.head_dim, model.num_kv_heads * model.head_dim
+    return [("self_attn.q_proj", hidden * query), ("self_attn.k_proj", hidden * kv), ("self_attn.v_proj", hidden * kv),
+            ("self_attn.o_proj", query * hidden)]

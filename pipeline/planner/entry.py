@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
-from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, weight_bytes
+from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, sixteen_bit_params, weight_bytes
 from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats, pp_caveats
 from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, trtllm_bench_limits
 from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
@@ -170,6 +170,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             "attention_chunks": {str(c): model.attention_chunks.count(c) for c in sorted(set(model.attention_chunks) - {0})},
             # how the checkpoint says it is stored (None: it declares nothing: 16-bit weights)
             "checkpoint_quant": model.checkpoint_quant, "expert_weights": model.expert_weights,
+            # linear weights it leaves unquantized (its exclude_modules), in billions: planned in 16-bit
+            "sixteen_bit_params_b": round(sixteen_bit_params(model, quant) / 1e9, 3),
             # how an MoE's routed experts are timed (None: a dense model)
             "experts_timing": _experts_timing(model, eff, experts),
         },
@@ -180,7 +182,7 @@ def plan(spec: PlanSpec) -> PlanResult:
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
-            model, spec.backend, eff, attention_dp=spec.attention_dp,
+            model, spec.backend, eff, attention_dp=spec.attention_dp, tp=spec.tp,
             moe_measured=experts is not None,
             moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count))

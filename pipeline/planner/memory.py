@@ -41,12 +41,18 @@ def expert_bits_per_weight(model: ModelSpec, quant: QuantFormat | str) -> float:
     return MXFP4_BITS_PER_WEIGHT if model.expert_weights == "mxfp4" else bits_per_weight(quant)
 
 
+def sixteen_bit_params(model: ModelSpec, quant: QuantFormat | str) -> int:
+    """Linear weights that stay 16-bit at this precision: those a quantized checkpoint excludes from its quantization."""
+    return model.sixteen_bit_params if as_quant(quant).is_quantized else 0
+
+
 def weight_bytes(model: ModelSpec, quant: QuantFormat | str) -> int:
     """Bytes of the whole model's weights: linear layers at the format's bits (plus group scales; routed experts at
-    expert_bits_per_weight), embeddings, lm_head and norms in 16-bit (the quantizers leave those unquantized)."""
+    expert_bits_per_weight; those the checkpoint excludes from its quantization in 16-bit), embeddings, lm_head and norms
+    in 16-bit (the quantizers leave those unquantized)."""
     fmt = as_quant(quant)
-    experts = model.routed_expert_params
-    linear = ((model.linear_params - experts) * bits_per_weight(fmt)
+    experts, kept = model.routed_expert_params, sixteen_bit_params(model, fmt)
+    linear = ((model.linear_params - experts - kept) * bits_per_weight(fmt) + kept * 16
               + experts * expert_bits_per_weight(model, fmt)) / 8
     linear += model.num_layers * model.num_experts * model.hidden_size * 4 if fmt.is_quantized else 0  # per-channel scales
     sixteen_bit = (model.embedding_params + model.lm_head_params + model.norm_params) * 2

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from pipeline.core.errors import InvalidInputError
 from pipeline.data import packaged_fact_rows
+from pipeline.planner.checkpoint import sixteen_bit_linear_params
 from pipeline.planner.rates import EFFICIENCY, Efficiency, efficiency_for
 from pipeline.planner.recommend import recommend_build, round_up, tokens_for
 from pipeline.planner.scenario import Scenario, as_gpu
@@ -211,9 +212,21 @@ def _bench_run(scenario: Scenario, backend: str, requests: int | None) -> Throug
 
 def _row_run(row: dict[str, str], model: ModelSpec | None = None) -> ThroughputRun:
     """A published row's run as trtllm-bench gave it (its page's request count, where the page names one)."""
-    scenario = published_scenario(model or published_model(row["model"]), row)
+    scenario = published_scenario(_row_model(row, model), row)
     requests = bench_requests(str(row.get("trtllm_version", "")), int(row["isl"]), int(row["osl"]))
     return _bench_run(scenario, row.get("backend") or "tensorrt", requests)
+
+
+def _row_model(row: dict[str, str], model: ModelSpec | None) -> ModelSpec:
+    """The row's model as its run's checkpoint stored it: the linear layers it left unquantized (`checkpoint_excludes`,
+    module-name globs, where the table names them) in 16-bit."""
+    spec = model or published_model(row["model"])
+    globs = _excluded(row)
+    return spec.model_copy(update={"sixteen_bit_params": sixteen_bit_linear_params(spec, globs)}) if globs else spec
+
+
+def _excluded(row: dict[str, str]) -> tuple[str, ...]:
+    return tuple(glob for glob in (row.get("checkpoint_excludes") or "").split(",") if glob)
 
 
 def _error_pct(predicted: float, published: float) -> float:
@@ -234,6 +247,7 @@ def compare_published(
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": run.scenario.model.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
             **({"attention_dp": True} if is_dep_row(row) else {}), **({"pp": run.scenario.pp} if run.scenario.pp > 1 else {}),
+            **({"checkpoint_excludes": _excluded(row)} if _excluded(row) else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": _error_pct(estimate.output_tokens_per_s, published),

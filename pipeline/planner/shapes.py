@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.planner.checkpoint import checkpoint_precision
+from pipeline.planner.checkpoint import checkpoint_precision, excluded_module_globs, sixteen_bit_linear_params
 from pipeline.planner.latent import LatentAttention, latent_attention_from
 
 
@@ -48,6 +48,7 @@ class ModelSpec(BaseModel):
     checkpoint_quant: str | None = None  # the planner precision of its linear layers (e.g. "fp8" for NVIDIA's FP8 checkpoints)
     checkpoint_kv_cache: str | None = None  # the KV-cache precision it was calibrated for ("fp8"), where it names one
     expert_weights: str | None = None  # "mxfp4": routed experts stored as MXFP4 (GPT-OSS), every other layer at checkpoint_quant
+    sixteen_bit_params: int = 0  # linear weights a quantized checkpoint excludes from its quantization (exclude_modules)
     unread_quantization: str | None = None  # a quantization the planner cannot read (its quant_method): --quant must name it
     latent_attention: LatentAttention | None = None  # multi-head latent attention (DeepSeek-V3): its cache and math differ
 
@@ -242,7 +243,7 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
     experts = int(raw.get("num_local_experts") or raw.get("num_experts") or raw.get("n_routed_experts") or 1)
     moe = _moe_shape(raw, int(raw["num_hidden_layers"])) if experts > 1 else {}
     intermediate = moe.pop("dense_intermediate_size", None) or raw.get("intermediate_size") or raw.get("moe_intermediate_size") or 4 * hidden
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         model_type=str(raw.get("model_type", "unknown")),
         architecture=_first_architecture(raw),
@@ -267,6 +268,8 @@ def model_spec_from_dict(raw: dict[str, Any], name: str, source: str = "the conf
         **moe,
         **checkpoint_precision(raw),
     )
+    globs = excluded_module_globs(raw) if spec.checkpoint_quant not in (None, "fp16", "bf16") else ()
+    return spec.model_copy(update={"sixteen_bit_params": sixteen_bit_linear_params(spec, globs)}) if globs else spec
 
 
 _ATTENTION_LAYER_KINDS = {"full_attention", "sliding_attention", "chunked_attention", "attention"}

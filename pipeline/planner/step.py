@@ -17,7 +17,8 @@ from typing import Any
 from pipeline.core.quant import quant_format
 from pipeline.planner.comm import measured_allreduce_s, measured_collective_s
 from pipeline.planner.latent import LatentDecode, measured_decode_s
-from pipeline.planner.memory import ACTIVATION_BYTES, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_read_per_step
+from pipeline.planner.memory import (ACTIVATION_BYTES, kv_bytes_per_token, kv_heads_per_gpu, sixteen_bit_params,
+                                     weight_bytes_read_per_step)
 from pipeline.planner.moe_timing import measured_moe_s
 from pipeline.planner.rates import (ALLREDUCE_EFFICIENCY, EFFICIENCY, Efficiency, attention_rate, compute_rate, hbm_bandwidth,
                                     kv_read_fraction, link_bandwidth, measured_gemm_rate)
@@ -105,7 +106,7 @@ class StepWork:
     routed_params: float | None  # routed experts' active parameters per token (None: the MoE layer is timed apart)
     expert_tokens: float
     tp: int
-    head_flops: float  # the lm_head's FLOPs, per GPU
+    sixteen_bit_flops: float  # the lm_head's FLOPs and those of the linear layers the checkpoint keeps 16-bit, per GPU
     read_bytes: float
     moe_s: float  # the MoE layers' measured seconds
     kv_read_bytes: float
@@ -126,7 +127,7 @@ class StepWork:
         attn_rate = self.attention_rate * eff.compute_16bit
         expert_params = 0.0 if self.routed_params is None else self.routed_params / eff.moe_expert_compute
         layer_flops = 2 * (self.dense_param_tokens + expert_params * self.expert_tokens / self.tp)
-        gemm_compute_s = layer_flops / rate + self.head_flops / attn_rate
+        gemm_compute_s = layer_flops / rate + self.sixteen_bit_flops / attn_rate
         gemm_s = gemm_roofline_s(self.read_bytes / bandwidth, gemm_compute_s, eff.gemm_roofline_exponent) if self.tokens else 0.0
         gemm_s += self.moe_s
         kv_fraction = eff.bandwidth if self.kv_fraction is None else self.kv_fraction
@@ -167,13 +168,13 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     logits = decode if load.logits_tokens is None else load.logits_tokens
     if eff.gemm_rate_measured:  # shares of the rate measured on silicon, 16-bit math at the BF16 GEMMs' rate
         gemm_rate, attn_rate = measured_gemm_rate(gpu, quant), measured_gemm_rate(gpu, BF16)
-    else:  # attention and the (unquantized) lm_head run in 16-bit
+    else:  # attention, the (unquantized) lm_head and the layers a checkpoint keeps 16-bit run in 16-bit
         gemm_rate, attn_rate = compute_rate(gpu, quant), attention_rate(gpu)
     # GEMMs: weights read once per step; 2 FLOPs per active weight per token. An MoE's routed experts take the MoE layer
     # time measured on silicon where the backend's constants say so and the table has the shape, else their own share.
     moe_layer_s = (measured_moe_s(gpu, quant, model, tp, expert_tokens, expert_parallel=adp)
                    if eff.moe_measured and tokens else None)
-    experts = model.routed_active_params_per_token
+    experts, kept = model.routed_active_params_per_token, sixteen_bit_params(model, quant)  # kept: in 16-bit GEMMs
     # an MoE's untouched experts are not read (nor, where they are timed apart, any of them)
     read_bytes = weight_bytes_read_per_step(model, quant, tp, expert_tokens, routed_experts=moe_layer_s is None,
                                             attention_dp=adp)
@@ -191,9 +192,9 @@ def step_work(scenario: Scenario, load: StepLoad, eff: Efficiency = EFFICIENCY) 
     return StepWork(
         structure=eff.structure, decode=decode, prefill_tokens=prefill_tokens, tokens=tokens, hbm=hbm_bandwidth(gpu),
         gemm_rate=gemm_rate, activation_bits=quant.activation_bits, attention_rate=attn_rate,
-        dense_param_tokens=(model.active_params_per_token - experts) * tokens / attention_tp,
+        dense_param_tokens=(model.active_params_per_token - experts - kept) * tokens / attention_tp,
         routed_params=None if moe_layer_s is not None else experts, expert_tokens=expert_tokens, tp=tp,
-        head_flops=model.head_flops_per_token * logits / attention_tp, read_bytes=read_bytes,
+        sixteen_bit_flops=(model.head_flops_per_token * logits + 2 * kept * tokens) / attention_tp, read_bytes=read_bytes,
         moe_s=(moe_layer_s or 0.0) * model.moe_layer_count, kv_read_bytes=kv_read,
         kv_fraction=_measured_kv_fraction(scenario) if kv_read and eff.kv_bandwidth_measured else None,
         latent_decode=_latent_decode(scenario, eff, decode, attended) if latent else None,
