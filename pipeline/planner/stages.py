@@ -34,8 +34,8 @@ SENT_BYTES_PER_ELEMENT = 2  # 16-bit activations
 @lru_cache(maxsize=256)
 def pipeline_stage(model: ModelSpec, pp: int) -> ModelSpec:
     """The fullest of `pp` stages as a model of its own: the first ceil(layers / pp) layers (their share of MoE layers,
-    their sliding windows and attention chunks) and one 16-bit table (counted as a tied embedding: read as the
-    embedding, multiplied through as the lm_head)."""
+    their sliding windows and attention chunks, their share of the layers a checkpoint keeps 16-bit) and one 16-bit table
+    (counted as a tied embedding: read as the embedding, multiplied through as the lm_head)."""
     if pp == 1:
         return model
     layers = math.ceil(model.num_layers / pp)
@@ -43,6 +43,7 @@ def pipeline_stage(model: ModelSpec, pp: int) -> ModelSpec:
     return model.model_copy(update={
         "num_layers": layers, "moe_layers": moe_layers, "tie_word_embeddings": True,
         "sliding_windows": model.sliding_windows[:layers], "attention_chunks": model.attention_chunks[:layers],
+        "sixteen_bit_params": round(model.sixteen_bit_params * layers / model.num_layers),
     })
 
 

@@ -14,6 +14,7 @@ from pipeline import planner as P
 from pipeline.planner.checkpoint import excluded_module_globs, sixteen_bit_linear_params
 from pipeline.planner.memory import weight_bytes, weight_bytes_per_gpu
 from pipeline.planner.published import shipped_config
+from pipeline.planner.stages import pipeline_stage
 from pipeline.planner.step import StepLoad, step_work
 
 from planner_cases import LLAMA_8B
@@ -47,6 +48,8 @@ def test_nvidias_nvfp4_deepseek_keeps_its_query_and_kv_projections_16_bit(tmp_pa
     # under attention data parallelism every GPU holds the whole attention, so each carries all of the difference
     assert weight_bytes_per_gpu(excluded, "nvfp4", 4, True) - weight_bytes_per_gpu(plain, "nvfp4", 4, True) == pytest.approx(
         61 * QUERY_AND_KV_PER_LAYER * extra_bits / 8, abs=1)
+    # a pipeline stage holds its layers' share of them (the fullest of 4 stages: 16 of the 61 layers)
+    assert pipeline_stage(excluded, 4).sixteen_bit_params == 16 * QUERY_AND_KV_PER_LAYER
     # the whole block (the first NVFP4 release) adds each layer's output projection
     whole = sixteen_bit_linear_params(excluded, ("model.layers.*.self_attn*",))
     assert whole == 61 * (QUERY_AND_KV_PER_LAYER + O_PROJ_PER_LAYER)
