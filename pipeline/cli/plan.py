@@ -127,12 +127,18 @@ def _attention(model: dict) -> str:
     return f"{model['heads']} heads / {model['kv_heads']} KV heads x {model['head_dim']}"
 
 
+def _stored(model: dict) -> str:
+    """How the checkpoint says it is stored ("" where it declares nothing)."""
+    if not model.get("checkpoint_quant"):
+        return ""
+    experts = f" with {model['expert_weights'].upper()} experts" if model.get("expert_weights") else ""
+    kept = f", {model['sixteen_bit_params_b']} B of its linear weights left 16-bit" if model.get("sixteen_bit_params_b") else ""
+    return f"; checkpoint stored as {model['checkpoint_quant']}{experts}{kept}"
+
+
 def _table(result: PlanResult):
     mem, model = result.memory, result.model
-    stored = (f"; checkpoint stored as {model['checkpoint_quant']}" + (f" with {model['expert_weights'].upper()} experts"
-              if model.get("expert_weights") else "")
-              + (f", {model['sixteen_bit_params_b']} B of its linear weights left 16-bit" if model.get("sixteen_bit_params_b") else "")
-              ) if model.get("checkpoint_quant") else ""
+    stored = _stored(model)
     rows: list[list[object]] = [
         ["model", f"{model['name']}: {model['params_b']} B params{stored}, {model['layers']} layers, "
                   + _attention(model)

@@ -240,14 +240,14 @@ def compare_published(
     model None: each row's own model (its `model` column); efficiency None: the row's backend's constants."""
     out = []
     for row in rows:
-        run = _row_run(row, model)
+        run, excluded = _row_run(row, model), _excluded(row)
         backend = row.get("backend") or "tensorrt"
         estimate = throughput_estimate(run, efficiency or efficiency_for(backend))
         published = float(row["tokens_per_s"])
         out.append({
             "backend": backend, "trtllm_version": row.get("trtllm_version", ""), "model": run.scenario.model.name, "gpu": row["gpu"], "tp": int(row["tp"]), "precision": row["precision"],
             **({"attention_dp": True} if is_dep_row(row) else {}), **({"pp": run.scenario.pp} if run.scenario.pp > 1 else {}),
-            **({"checkpoint_excludes": _excluded(row)} if _excluded(row) else {}),
+            **({"checkpoint_excludes": excluded} if excluded else {}),
             "isl": int(row["isl"]), "osl": int(row["osl"]),
             "published_tokens_per_s": published, "predicted_tokens_per_s": estimate.output_tokens_per_s,
             "error_pct": _error_pct(estimate.output_tokens_per_s, published),
