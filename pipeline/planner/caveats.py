@@ -48,18 +48,22 @@ _PYTORCH_DEP = ("attention data parallelism (DEP): NVIDIA's published DEP rows (
 
 
 def accuracy_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, *, moe_measured: bool | None = None,
-                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None, tp: int = 1) -> list[str]:
+                     attention_dp: bool = False, moe_carried: tuple[str, str] | None = None) -> list[str]:
     """What the published rows say about how far to trust a prediction for this model on this backend (empty: nothing
     beyond the cross-validated figures). moe_measured: whether silicon timed this MoE shape on the planned GPU, precision
     and TP (None: it depends on the candidate, as in a search); attention_dp: planned with attention data parallelism;
-    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement; tp: the
-    plan's TP, which replicates a latent KV cache without attention data parallelism."""
+    moe_carried: (planned GPU, donor GPU) where the shape's timing was carried over from another GPU's measurement."""
     latent = [_LATENT_ATTENTION] if model.latent_attention else []
-    latent += [_LATENT_TP.format(tp=tp)] if latent and tp > 1 and not attention_dp else []
     if not model.moe_layer_count:
         return latent
     caveats = latent + _moe_caveats(model, backend, efficiency, moe_measured, attention_dp)
     return caveats + [_carried_caveat(*moe_carried)] if moe_carried else caveats
+
+
+def layout_caveats(model: ModelSpec, tp: int, attention_dp: bool) -> list[str]:
+    """What the plan's layout costs it: a latent KV cache held whole on every GPU of a TP group without attention data
+    parallelism."""
+    return [_LATENT_TP.format(tp=tp)] if model.latent_attention and tp > 1 and not attention_dp else []
 
 
 def _moe_caveats(model: ModelSpec, backend: str, efficiency: Efficiency, moe_measured: bool | None,

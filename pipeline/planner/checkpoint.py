@@ -4,12 +4,10 @@ it (no weights opened)."""
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pipeline.core.quant import KV_CACHE_FORMATS, QUANT_FORMATS
-
-if TYPE_CHECKING:
-    from pipeline.planner.shapes import ModelSpec
+from pipeline.planner.latent import LatentAttention
 
 # What a quantized checkpoint declares, read as TensorRT-LLM's PyTorch backend reads it (tensorrt_llm/_torch/model_config.py
 # @1a0dc5f7 ModelConfig.from_pretrained): ModelOpt's hf_quant_config.json first (load_modelopt_quant_config: quant_algo,
@@ -66,11 +64,28 @@ def excluded_module_globs(raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(glob) for globs in lists if isinstance(globs, list) for glob in globs)
 
 
+class LayerShapes(Protocol):
+    """What sixteen_bit_linear_params reads of a model (shapes.ModelSpec, which imports this module, has it all)."""
+
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    shared_expert_intermediate_size: int
+    latent_attention: LatentAttention | None
+
+    @property
+    def moe_layer_count(self) -> int: ...
+
+
 # Where a multimodal checkpoint keeps the language model's layers, besides the plain `model.layers`
 _LAYER_PREFIXES = ("model.layers", "language_model.model.layers", "model.language_model.layers")
 
 
-def sixteen_bit_linear_params(model: ModelSpec, globs: tuple[str, ...]) -> int:
+def sixteen_bit_linear_params(model: LayerShapes, globs: tuple[str, ...]) -> int:
     """The linear weights outside the routed experts that `globs` leave in 16-bit, matched as TensorRT-LLM matches them
     (fnmatchcase of the module name against each glob: QuantConfig.is_module_excluded_from_quantization, NVIDIA/TensorRT-LLM
     @01ea6d79 tensorrt_llm/models/modeling_utils.py) with the Hugging Face names of each layer's projections, and of their
@@ -95,7 +110,7 @@ def sixteen_bit_linear_params(model: ModelSpec, globs: tuple[str, ...]) -> int:
     return kept
 
 
-def _attention_projections(model: ModelSpec) -> list[tuple[str, int]]:
+def _attention_projections(model: LayerShapes) -> list[tuple[str, int]]:
     """One layer's attention projections: (name under the layer, weights)."""
     hidden, heads, latent = model.hidden_size, model.num_heads, model.latent_attention
     if latent:

@@ -13,7 +13,7 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, sixteen_bit_params, weight_bytes
-from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats, pp_caveats
+from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats, layout_caveats, pp_caveats
 from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, trtllm_bench_limits
 from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
 from pipeline.planner.rates import Efficiency
@@ -182,9 +182,10 @@ def plan(spec: PlanSpec) -> PlanResult:
         # the KV-read fraction this scenario gets (silicon's figure for its per-rank attention shape, for engines)
         constants={**eff.as_dict(), "kv_bandwidth_efficiency": round(kv_fraction(scenario, eff), 3)},
         caveats=[] if scenario.gpu.is_cpu else accuracy_caveats(
-            model, spec.backend, eff, attention_dp=spec.attention_dp, tp=spec.tp,
+            model, spec.backend, eff, attention_dp=spec.attention_dp,
             moe_measured=experts is not None,
             moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
+        + layout_caveats(model, spec.tp, spec.attention_dp)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count))
         + bound_caveats(spec.backend, throughput.bound if throughput else None) + pp_caveats(spec.pp, spec.backend),
     )

@@ -9,7 +9,7 @@ from pipeline import planner as P
 from pipeline.cli import run
 from pipeline.core.errors import InvalidInputError, UnsupportedError
 from pipeline.core.quant import kv_cache_format
-from pipeline.planner.caveats import accuracy_caveats
+from pipeline.planner.caveats import accuracy_caveats, layout_caveats
 from pipeline.planner.latent import _decode_table
 from pipeline.planner.published import shipped_config
 from pipeline.planner.rates import efficiency_for
@@ -150,9 +150,10 @@ def test_the_latent_shape_survives_the_plan_result() -> None:
 
 def test_tp_without_attention_data_parallelism_is_said_to_replicate_the_cache() -> None:
     """Every TP rank holds every request's whole latent, so the plan's sequences are one GPU's whatever the TP."""
-    model, eff = P.published_model("deepseek-r1"), efficiency_for("pytorch")
+    model = P.published_model("deepseek-r1")
     plans = {adp: P.plan(P.PlanSpec(model=shipped_config("deepseek-r1"), gpu="h200", quant="fp8", kv_cache="fp8", tp=8,
                                     attention_dp=adp, backend="pytorch", isl=1024, osl=1024)) for adp in (False, True)}
     assert any("under TP8 without attention data parallelism" in c for c in plans[False].caveats)
     assert not any("without attention data parallelism" in c for c in plans[True].caveats)
-    assert not any("without attention" in c for c in accuracy_caveats(model, "pytorch", eff, tp=1))
+    assert layout_caveats(model, 1, False) == layout_caveats(model, 8, True) == []
+    assert layout_caveats(P.published_model("llama-3.1-70b"), 8, False) == []
