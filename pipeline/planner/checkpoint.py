@@ -114,12 +114,7 @@ def _attention_projections(model: LayerShapes) -> list[tuple[str, int]]:
     """One layer's attention projections: (name under the layer, weights)."""
     hidden, heads, latent = model.hidden_size, model.num_heads, model.latent_attention
     if latent:
-        query = ([("self_attn.q_a_proj", hidden * latent.q_lora_rank),
-                  ("self_attn.q_b_proj", latent.q_lora_rank * heads * latent.query_key_dim)] if latent.q_lora_rank
-                 else [("self_attn.q_proj", hidden * heads * latent.query_key_dim)])
-        return query + [("self_attn.kv_a_proj_with_mqa", hidden * latent.cached_elements),
-                        ("self_attn.kv_b_proj", latent.kv_lora_rank * heads * (latent.qk_nope_head_dim + latent.v_head_dim)),
-                        ("self_attn.o_proj", heads * latent.v_head_dim * hidden)]
+        return [(f"self_attn.{name}", weights) for name, weights in latent.projections(hidden, heads)]
     query, kv = heads * model.head_dim, model.num_kv_heads * model.head_dim
     return [("self_attn.q_proj", hidden * query), ("self_attn.k_proj", hidden * kv), ("self_attn.v_proj", hidden * kv),
             ("self_attn.o_proj", query * hidden)]

@@ -49,14 +49,19 @@ class LatentAttention(BaseModel):
     def query_key_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
+    def projections(self, hidden: int, heads: int) -> list[tuple[str, int]]:
+        """One layer's attention projections under their Hugging Face names, with their weights: the query path (down-
+        and up-projection, or one projection), the joint KV down-projection (latent and RoPE key), the KV up-projection
+        (each head's no-RoPE key and value) and the output."""
+        query = ([("q_a_proj", hidden * self.q_lora_rank), ("q_b_proj", self.q_lora_rank * heads * self.query_key_dim)]
+                 if self.q_lora_rank else [("q_proj", hidden * heads * self.query_key_dim)])
+        return query + [("kv_a_proj_with_mqa", hidden * self.cached_elements),
+                        ("kv_b_proj", self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)),
+                        ("o_proj", heads * self.v_head_dim * hidden)]
+
     def params(self, hidden: int, heads: int) -> int:
-        """Weights of one layer's attention: the query path (down- and up-projection, or one projection), the joint KV
-        down-projection (latent and RoPE key), the KV up-projection (each head's no-RoPE key and value) and the output."""
-        query = (hidden * self.q_lora_rank + self.q_lora_rank * heads * self.query_key_dim if self.q_lora_rank
-                 else hidden * heads * self.query_key_dim)
-        kv_down = hidden * self.cached_elements
-        kv_up = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return query + kv_down + kv_up + heads * self.v_head_dim * hidden
+        """Weights of one layer's attention (its projections)."""
+        return sum(weights for _, weights in self.projections(hidden, heads))
 
     @property
     def norm_params(self) -> int:
