@@ -92,8 +92,8 @@ k8s: $(STAMP)
 
 # Capacity/latency plan from config.json alone: make plan PLAN_MODEL=<hf folder or config.json | hf:org/name | llama-3.1-70b ...> GPU=h100 QUANT=fp8 [KV=fp8] [TP=1] [PP=1] ISL=1024 OSL=128
 # plan-check: the planner against TensorRT-LLM's published throughput and AIConfigurator's recorded predictions (table, JSON, CSV,
-# PNG under build/reports/), and MoE timings carried over between GPUs against silicon; RERUN_AIC=1 asks AIConfigurator
-# again first (installed; ~40 min).
+# PNG under build/reports/), MoE timings carried over between GPUs against silicon, and TTFT/TPOT against serving measured on
+# silicon (AIConfigurator's sample); RERUN_AIC=1 asks AIConfigurator again first (installed; ~40 min).
 PLAN_MODEL ?= tests/fixtures/llama-3.1-8b
 ISL ?= 1024
 OSL ?= 128
@@ -103,6 +103,7 @@ plan: $(STAMP)
 plan-check: $(STAMP)
 	$(BIN)/python scripts/plan_vs_published.py --cv $(if $(RERUN_AIC),--rerun-aiconfigurator)
 	$(BIN)/python scripts/moe_transfer_check.py
+	$(BIN)/python scripts/plan_vs_silicon_serving.py
 
 # The pinned image (Dockerfile on nvcr.io/nvidia/tritonserver:<TRITON_RELEASE>-trtllm-python-py3; versions from pipeline/core/versions.py).
 # Inside it, `make engine ...` runs the installed pipeline (the image sets MAKEFLAGS, no .venv is made).

@@ -48,6 +48,7 @@ from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.output import OUT, simple_table  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
+from pipeline.planner.serving_sample import compare_serving, tpot_loss_over  # noqa: E402
 from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,6 +83,15 @@ def informed(rows: list[dict[str, str]]) -> list[bool]:
             any(r["precision"] in _FOUR_BIT for r in rows)]
 
 
+def same_model(name: str, other: str) -> bool:
+    """Whether two published models have the same shapes (Llama 3.1 70B and 3.3 70B do): a fold that holds out one holds
+    out the other's serving rows too."""
+    if name == other:
+        return True
+    ignore = {"name", "source"}
+    return P.published_model(name).model_dump(exclude=ignore) == P.published_model(other).model_dump(exclude=ignore)
+
+
 def _all_pytorch(rows: list[dict[str, str]]) -> bool:
     return bool(rows) and all(r.get("backend") == "pytorch" for r in rows)
 
@@ -90,8 +100,10 @@ def _backend_prior(rows: list[dict[str, str]]) -> P.Efficiency:
     return prior_for("pytorch" if _all_pytorch(rows) else "tensorrt")
 
 
-def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Efficiency:
-    """Nelder-Mead over the constants these rows inform, from `start`, inside physical bounds; the others keep `start`."""
+def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None,
+        serving: list[dict[str, str]] | None = None) -> P.Efficiency:
+    """Nelder-Mead over the constants these rows (and the silicon serving rows `serving`, whose TPOT the loss adds with the
+    same total weight as the throughput rows') inform, from `start`, inside physical bounds; the others keep `start`."""
     from scipy.optimize import minimize
 
     start = start or _backend_prior(rows)
@@ -107,14 +119,20 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
     overhead_cap = 500 if pytorch else ENGINE_OVERHEAD_CAP_US
 
     row_loss = P.loss_over(rows)
+    serving_loss = tpot_loss_over(serving) if serving else None
+    serving_weight = len(rows) / len(serving) if serving else 0.0
+
+    def constants(x: list[float]) -> P.Efficiency:
+        return replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2], step_overhead_per_layer_s=x[3] * 1e-6,
+                       per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5])
 
     def loss(z) -> float:
         x = full(z)
         if not (0.2 < x[0] <= 1 and 0.1 < x[1] <= 1 and 0.1 < x[2] <= 1 and 0 <= x[3] < overhead_cap and 0 <= x[4] < 2000
                 and 0.1 < x[5] <= 1):
             return 1e9
-        return row_loss(replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2],
-                                      step_overhead_per_layer_s=x[3] * 1e-6, per_sequence_layer_s=x[4] * 1e-9, compute_4bit=x[5]))
+        eff = constants(x)
+        return row_loss(eff) + (serving_weight * serving_loss(eff) if serving_loss else 0.0)
 
     # The loss has two basins: a high bandwidth with a large per-step cost, or a low bandwidth with a small one. The
     # PyTorch backend's Python-side scheduling and sampling make a large fixed cost per iteration physical, and its
@@ -136,17 +154,22 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None) -> P.Effi
                    compute_4bit=round(x[5], 3) if free[5] else start.compute_4bit)
 
 
-def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | None = None) -> list[dict[str, Any]]:
-    """Hold out each value of `by` ("gpu" or "model") in turn: fit from `start` on the other rows, predict the held-out ones."""
+def cross_validate(rows: list[dict[str, str]], by: str, start: P.Efficiency | None = None,
+                   serving: list[dict[str, str]] | None = None, fit_serving: bool = False) -> list[dict[str, Any]]:
+    """Hold out each value of `by` ("gpu" or "model") in turn: fit from `start` on the other rows (with fit_serving, on the
+    silicon serving rows `serving` not of the held-out GPU or model too), predict the held-out ones (and the held-out
+    serving rows' TTFT and TPOT)."""
     folds = []
     for held_out in sorted({r[by] for r in rows}):
         train = [r for r in rows if r[by] != held_out]
         test = [r for r in rows if r[by] == held_out]
-        eff = fit(train, start)
+        out = [r for r in serving or [] if (r["gpu"] == held_out if by == "gpu" else same_model(r["model"], held_out))]
+        eff = fit(train, start, [r for r in serving or [] if r not in out] if fit_serving else None)
         comparison = P.compare_published(None, test, efficiency=eff)
         folds.append({"held_out": by, "value": held_out, "train_rows": len(train), "constants": eff.as_dict(),
                       "kept_at_prior": [k for k, f in zip(eff.as_dict(), informed(train)) if not f],
-                      **P.error_summary(comparison), "comparison": comparison})
+                      **P.error_summary(comparison), "comparison": comparison,
+                      **({"serving": compare_serving(out, eff)} if out else {})})
     return folds
 
 

@@ -13,7 +13,7 @@ from pipeline.core.deployable import HF_KV_CACHE_FORMATS, HF_QUANT_FORMATS
 from pipeline.core.errors import UnsupportedError
 from pipeline.planner.cpu import cpu_limits, plan_target
 from pipeline.planner.memory import GIB, Alternative, MemoryPlan, alternatives, memory_plan, sixteen_bit_params, weight_bytes
-from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats, layout_caveats, pp_caveats
+from pipeline.planner.caveats import accuracy_caveats, bound_caveats, gpu_caveats, layout_caveats, pp_caveats, tpot_caveats
 from pipeline.planner.published import TRTLLM_BENCH_KV_FRACTION, trtllm_bench_limits
 from pipeline.planner.moe_timing import MoeTiming, moe_key, moe_timing_for
 from pipeline.planner.rates import Efficiency
@@ -187,7 +187,8 @@ def plan(spec: PlanSpec) -> PlanResult:
             moe_carried=(scenario.gpu.key, experts.donor) if experts and experts.donor else None)
         + layout_caveats(model, spec.tp, spec.attention_dp)
         + gpu_caveats(scenario.gpu.key, spec.backend, moe=bool(model.moe_layer_count))
-        + bound_caveats(spec.backend, throughput.bound if throughput else None) + pp_caveats(spec.pp, spec.backend),
+        + bound_caveats(spec.backend, throughput.bound if throughput else None) + pp_caveats(spec.pp, spec.backend)
+        + (tpot_caveats(spec.backend, {scenario.gpu.key}) if prediction else []),
     )
 
 

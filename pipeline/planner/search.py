@@ -294,7 +294,7 @@ def search(spec: SearchSpec, prices: dict[str, Price], calibration: Calibration 
             + (accuracy_caveats(model, spec.backend, efficiency_for(spec.backend), attention_dp=True)
                if any(dep for _, dep, _ in layouts) and set(spec.gpus) - {"cpu"} else [])
             + [c for gpu in uncalibrated for c in gpu_caveats(get_gpu(gpu).key, spec.backend, moe=bool(model.moe_layer_count))]
-            + slo_caveats(set(spec.slo.bounds), set(uncalibrated))
+            + slo_caveats(set(spec.slo.bounds), set(uncalibrated), spec.backend)
             + (pp_caveats(max(spec.pps), spec.backend) if set(spec.gpus) - {"cpu"} else []))),
     )
 

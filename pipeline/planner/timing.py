@@ -16,7 +16,7 @@ from pipeline.planner.offline import RunLimits, max_utilization_schedule, offlin
 from pipeline.planner.rates import EFFICIENCY, Efficiency, hbm_bandwidth
 from pipeline.planner.recommend import recommend
 from pipeline.planner.scenario import Scenario
-from pipeline.planner.step import (StepLoad, StepTime, StepWork, gemm_roofline_s, iteration_mix, mean_step, step_time, step_work,
+from pipeline.planner.step import (StepLoad, StepTime, StepWork, gemm_roofline_s, iteration_mix, step_time, step_work,
                                    weighted_mean)
 
 
@@ -97,18 +97,16 @@ def predict(
     for throughput). With attention data parallelism the clients are spread evenly over the GPUs, each scheduling its
     share within the build's limits; with pipeline stages, over the micro-batches in flight."""
     scenario.check()
-    isl, osl = scenario.isl, scenario.osl
+    osl = scenario.osl
     eff = efficiency or EFFICIENCY
     if concurrency < 1:
         raise InvalidInputError("Concurrency must be at least 1.", hint="e.g. --concurrency 8")
     build = build or recommend(scenario, "throughput")
-    memory = fitting_memory(scenario, build)
-    lanes = scenario.lanes
-    clients = concurrency / lanes  # per batch scheduled apart
-    batch = min(clients, _sustainable_batch(memory, build, scenario))
+    clients = concurrency / scenario.lanes  # per batch scheduled apart
+    run = closed_loop_run(scenario, concurrency, build)
+    batch = run.batch
     prefill_s = prefill_time(scenario, build["max_num_tokens"], eff)
-    # Other clients' prompts are prefilled inside our decode steps: (batch - 1)/osl of them per step, in chunks.
-    step = mean_step(scenario, iteration_mix(scenario, batch, (batch - 1) * isl / osl, build), eff).total_s
+    step = run.mean_step(eff).total_s
     ttft = prefill_s
     if batch > 1:
         ttft += step / 2  # a new request waits on average half an iteration to join the batch
@@ -120,13 +118,24 @@ def predict(
         latency = ttft + (osl - 1) * step
     return Prediction(
         concurrency=concurrency,
-        batch=int(batch * lanes),
+        batch=int(batch * scenario.lanes),
         ttft_ms=round(ttft * 1e3, 3),
         tpot_ms=round(step * 1e3, 3),
-        output_tokens_per_s=round(throughput * lanes, 2),
+        output_tokens_per_s=round(throughput * scenario.lanes, 2),
         output_tokens_per_s_per_user=round(osl / latency, 3),
         request_latency_s=round(latency, 4),
     )
+
+
+def closed_loop_run(scenario: Scenario, concurrency: int, build: dict[str, Any]) -> ThroughputRun:
+    """What `concurrency` clients keep one batch doing (predict's layout, which the fitted constants do not enter): its
+    sequences in flight (`batch`, possibly fractional: the clients spread over the batches scheduled apart) and its
+    iterations, every mean iteration one token for each of them (the run's mean step is their TPOT). Other clients'
+    prompts are prefilled inside the decode steps: (batch - 1)/osl of them per step, in chunks."""
+    memory = fitting_memory(scenario, build)
+    batch = min(concurrency / scenario.lanes, _sustainable_batch(memory, build, scenario))
+    mix = iteration_mix(scenario, batch, (batch - 1) * scenario.isl / scenario.osl, build)
+    return ThroughputRun(scenario, batch, mix, output_tokens=batch, iterations=1)
 
 
 def prefill_wait_s(prefill_s: float, others: float, rest_s: float) -> float:
@@ -162,10 +171,11 @@ class ThroughputEstimate(BaseModel):
 class ThroughputRun:
     """An offline max-load run laid out as the scheduler serves it: one GPU's batch, its iterations as (share, load)
     pairs, and its output tokens over that many iterations (steady state: one mean iteration's batch). Nothing here
-    depends on the fitted constants; each iteration's work is laid out once per structure of them (planner.step)."""
+    depends on the fitted constants; each iteration's work is laid out once per structure of them (planner.step). A
+    closed loop's (closed_loop_run) batch may be fractional: its clients spread over the batches scheduled apart."""
 
     scenario: Scenario
-    batch: int
+    batch: float
     mix: list[tuple[float, StepLoad]]
     output_tokens: float
     iterations: float

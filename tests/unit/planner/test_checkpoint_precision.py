@@ -129,7 +129,8 @@ def test_an_mxfp4_plan_says_how_far_to_trust_it() -> None:
     folder = Path(P.__file__).parents[1] / "data" / "published_models" / "gpt-oss-20b.json"
     timed = plan(PlanSpec(model=folder, gpu="h200", backend="pytorch", isl=1024, osl=1024))
     assert timed.quant == "bf16" and timed.model["expert_weights"] == "mxfp4"
-    assert len(timed.caveats) == 1 and timed.caveats[0].startswith("MXFP4 experts (GPT-OSS)")
+    assert len(timed.caveats) == 2 and timed.caveats[0].startswith("MXFP4 experts (GPT-OSS)")
+    assert timed.caveats[1].startswith("TPOT on the PyTorch backend")
     untimed = plan(PlanSpec(model=folder, gpu="a100", backend="pytorch", isl=1024, osl=1024))
     assert untimed.caveats[0] == timed.caveats[0] and "no silicon timing of this MoE shape on this GPU" in untimed.caveats[1]
 

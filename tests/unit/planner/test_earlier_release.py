@@ -101,13 +101,14 @@ def test_plan_quotes_the_all_reduce_caveat(tmp_path: Path, report: dict) -> None
     (tmp_path / "config.json").write_text(json.dumps(raw))
     bound = plan(PlanSpec(model=tmp_path, gpu="h100", quant="fp8", tp=8, backend="pytorch", isl=128, osl=2048))
     assert bound.max_throughput.bound == "TP all-reduce"
-    caveat, = bound.caveats
+    caveat, tpot = bound.caveats  # and what the silicon-measured serving runs say of the PyTorch backend's TPOT
+    assert tpot.startswith("TPOT on the PyTorch backend")
     assert f"came out {bound_rows['median_abs_pct_error']:.1f}% fast in the median, {bound_rows['max_abs_pct_error']:.0f}% at worst" in caveat
     configs = POOLED["configs_the_fit_saw"]
     assert f"{configs[3]:+.1f}% on average" in caveat
     assert plan(PlanSpec(model=tmp_path, gpu="h100", quant="fp8", tp=8, backend="tensorrt", isl=128, osl=2048)).caveats == []
     unbound = plan(PlanSpec(model=tmp_path, gpu="h100", quant="fp8", tp=2, backend="pytorch", isl=128, osl=2048))
-    assert unbound.max_throughput.bound != "TP all-reduce" and unbound.caveats == []
+    assert unbound.max_throughput.bound != "TP all-reduce" and unbound.caveats == [tpot]
 
 
 def test_aiconfigurator_beside_every_gpu(report: dict) -> None:

@@ -1,0 +1,81 @@
+"""TensorRT-LLM serving measured on silicon at a fixed concurrency (data/aiconfigurator_silicon_serving.tsv: the sample
+NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200, TP 1-8, 4-128 concurrent requests): mean TTFT and TPOT.
+
+The throughput tables check max load only; these check what the SLO search predicts at a concurrency, and no fit sees
+them (scripts/plan_vs_silicon_serving.py; its --refit-check fits the constants on them too and shows what that costs the
+throughput rows held out). Each row is planned as the PyTorch backend that served it (AIConfigurator's TensorRT-LLM
+templates run `backend: pytorch`), on the build the sample does not spell out taken as TensorRT-LLM's defaults:
+max_batch_size the concurrency, max_num_tokens 8192, no chunked prefill, an FP8 KV cache at memory fraction 0.9.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from pipeline.data import packaged_fact_rows
+from pipeline.planner.published import published_model, published_scenario
+from pipeline.planner.rates import Efficiency
+from pipeline.planner.recommend import recommend
+from pipeline.planner.scenario import Scenario
+from pipeline.planner.slo import latency
+from pipeline.planner.timing import closed_loop_run
+
+TABLE = "aiconfigurator_silicon_serving.tsv"
+MAX_NUM_TOKENS = 8192  # TensorRT-LLM's default (BuildConfig.max_num_tokens)
+KV_FRACTION = 0.9  # TensorRT-LLM's default kv_cache_free_gpu_mem_fraction
+METRICS = ("tpot", "ttft")
+
+
+def serving_rows(gpu: str | None = None) -> list[dict[str, str]]:
+    """The sample's rows (of one GPU)."""
+    return [row for row in packaged_fact_rows(TABLE) if gpu is None or row["gpu"] == gpu]
+
+
+def serving_scenario(row: dict[str, str]) -> Scenario:
+    return published_scenario(published_model(row["model"]), {**row, "kv_cache": "fp8"})
+
+
+def serving_build(scenario: Scenario, concurrency: int) -> dict[str, Any]:
+    """The build a row ran, as far as the sample says: its concurrency as max_batch_size, the rest TensorRT-LLM's defaults."""
+    return {**recommend(scenario, "throughput"), "max_batch_size": concurrency, "max_num_tokens": MAX_NUM_TOKENS,
+            "kv_cache_free_gpu_mem_fraction": KV_FRACTION, "chunked_prefill": False}
+
+
+def tpot_loss_over(rows: list[dict[str, str]]) -> Callable[[Efficiency], float]:
+    """The sum over these rows of log(predicted TPOT / measured)^2 as a function of the constants alone (each row's
+    iterations laid out once, as published.loss_over does for the throughput rows)."""
+    runs = []
+    for row in rows:
+        scenario = serving_scenario(row)
+        concurrency = int(row["concurrency"])
+        runs.append((closed_loop_run(scenario, concurrency, serving_build(scenario, concurrency)), float(row["tpot_ms"]) / 1e3))
+
+    def loss(efficiency: Efficiency) -> float:
+        return sum(math.log(run.mean_step(efficiency).total_s / measured) ** 2 for run, measured in runs)
+    return loss
+
+
+def _pct(predicted: float, measured: float) -> float:
+    return round(100 * (predicted - measured) / measured, 1)
+
+
+def compare_serving(rows: list[dict[str, str]], efficiency: Efficiency) -> list[dict[str, Any]]:
+    """Each row beside the planner's p50 TTFT and TPOT (planner.slo.latency) and AIConfigurator's estimate; `queued`: not
+    every request fits the KV cache at once, so TTFT grows by whole waves of requests."""
+    out = []
+    for row in rows:
+        scenario = serving_scenario(row)
+        concurrency = int(row["concurrency"])
+        predicted = latency(scenario, concurrency, serving_build(scenario, concurrency), efficiency)
+        entry: dict[str, Any] = {key: row[key] for key in ("model", "gpu", "precision")}
+        entry.update({key: int(row[key]) for key in ("tp", "isl", "osl", "concurrency")})
+        entry["queued"] = concurrency > predicted.batch
+        for metric in METRICS:
+            measured, ours = float(row[f"{metric}_ms"]), getattr(predicted, f"{metric}_p50_ms")
+            aic = row.get(f"aiconfigurator_{metric}_ms")
+            entry[metric] = {"measured": measured, "predicted": ours, "error_pct": _pct(ours, measured),
+                             "aiconfigurator": float(aic) if aic else None,
+                             "aiconfigurator_error_pct": _pct(float(aic), measured) if aic else None}
+        out.append(entry)
+    return out

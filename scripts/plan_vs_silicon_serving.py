@@ -1,0 +1,165 @@
+#!/usr/bin/env python
+"""The planner's TTFT and TPOT at a concurrency against what NVIDIA measured on silicon for TensorRT-LLM serving
+(pipeline/data/aiconfigurator_silicon_serving.tsv: Llama 3.1 70B FP4 and FP8 on B200, FP8 on H200, TP 1-8, ISL/OSL
+1024/1024, 1024/8192 and 8192/1024, 4-128 concurrent requests; the sample NVIDIA ships in AIConfigurator), beside
+AIConfigurator's own estimate of each row. No fit of the planner has seen these figures; the throughput tables check
+max load only, these check what `pipeline plan --slo` searches with.
+
+    .venv/bin/python scripts/plan_vs_silicon_serving.py [--out DIR]
+
+Each row is planned as pipeline/planner/serving_sample.py says (the PyTorch backend's shipped constants, the build the
+sample does not spell out taken as TensorRT-LLM's defaults); p50 TTFT and TPOT (planner.slo.latency) are compared with
+the sample's means. A row whose requests do not all fit the KV cache at once queues (TTFT then grows by whole waves of
+requests): its TTFT is reported apart.
+
+--refit-check asks whether the PyTorch backend's constants should be fitted on these rows' TPOT too: it refits them on the
+published throughput rows and these rows together (scripts/plan_vs_published.py fit(serving=...): each set weighing as
+much as the other), cross-validated by GPU and by model, and prints the held-out throughput and TPOT figures beside those
+of the shipped procedure (throughput rows alone). A fold holding out a model holds out the rows of a model of the same
+shapes (Llama 3.1 70B's are Llama 3.3 70B's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline import planner as P  # noqa: E402
+from pipeline.core.artifacts import write_json_atomic  # noqa: E402
+from pipeline.core.figures import write_figure_atomic  # noqa: E402
+from pipeline.core.paths import build_root  # noqa: E402
+from pipeline.planner.serving_sample import TABLE, compare_serving, serving_rows  # noqa: E402
+
+METRICS = ("tpot", "ttft")
+
+
+def compare(efficiency: P.Efficiency | None = None) -> list[dict[str, Any]]:
+    """Each measured row beside the planner's p50 (the PyTorch backend's shipped constants) and AIConfigurator's estimate."""
+    return compare_serving(serving_rows(), efficiency or P.efficiency_for("pytorch"))
+
+
+def _stats(errors: list[float]) -> dict[str, Any]:
+    if not errors:
+        return {"rows": 0}
+    return {"rows": len(errors), "median_abs_pct_error": round(statistics.median(abs(e) for e in errors), 1),
+            "max_abs_pct_error": max(abs(e) for e in errors), "mean_signed_pct": round(statistics.fmean(errors), 1)}
+
+
+def summary(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """Ours and AIConfigurator's |error| % on `metric` over `rows` (AIConfigurator's over the rows it answered)."""
+    return {"ours": _stats([r[metric]["error_pct"] for r in rows]),
+            "aiconfigurator": _stats([r[metric]["aiconfigurator_error_pct"] for r in rows
+                                      if r[metric]["aiconfigurator_error_pct"] is not None])}
+
+
+def groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    keys = sorted({(r["gpu"], r["precision"]) for r in rows})
+    return [(f"{gpu} {precision}", [r for r in rows if (r["gpu"], r["precision"]) == (gpu, precision)])
+            for gpu, precision in keys]
+
+
+def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
+    rows = compare(efficiency)
+    admitted = [r for r in rows if not r["queued"]]
+    return {
+        "table": f"pipeline/data/{TABLE}", "rows": rows,
+        "tpot": {"all": summary(rows, "tpot"), **{name: summary(part, "tpot") for name, part in groups(rows)}},
+        "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
+        "tpot_by_concurrency": {str(c): summary([r for r in rows if r["concurrency"] == c], "tpot")
+                                for c in sorted({r["concurrency"] for r in rows})},
+    }
+
+
+def _line(label: str, figures: dict[str, Any]) -> str:
+    ours, aic = figures["ours"], figures["aiconfigurator"]
+    text = (f"{label:24} ({ours['rows']:3} rows) ours median/worst |error| {ours['median_abs_pct_error']:5.1f}% / "
+            f"{ours['max_abs_pct_error']:6.1f}%, mean signed {ours['mean_signed_pct']:+6.1f}%")
+    if aic["rows"]:
+        text += (f"; AIConfigurator {aic['median_abs_pct_error']:5.1f}% / {aic['max_abs_pct_error']:6.1f}%, "
+                 f"{aic['mean_signed_pct']:+6.1f}%")
+    return text
+
+
+def lines(result: dict[str, Any]) -> list[str]:
+    out = [_line(f"TPOT {name}", figures) for name, figures in result["tpot"].items()]
+    out += [_line(f"TPOT at concurrency {c}", figures) for c, figures in result["tpot_by_concurrency"].items()]
+    out += [_line(f"TTFT {name}", figures) for name, figures in result["ttft"].items() if figures["ours"]["rows"]]
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, metric in zip(axes, METRICS):
+        rows = [r for r in result["rows"] if metric == "tpot" or not r["queued"]]
+        measured = [r[metric]["measured"] for r in rows]
+        ax.scatter(measured, [r[metric]["predicted"] for r in rows], s=12, label="pipeline plan")
+        answered = [r for r in rows if r[metric]["aiconfigurator"] is not None]
+        ax.scatter([r[metric]["measured"] for r in answered], [r[metric]["aiconfigurator"] for r in answered], s=12,
+                   marker="x", label="AIConfigurator")
+        low, high = min(measured), max(measured)
+        ax.plot([low, high], [low, high], color="grey", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {metric.upper()} (ms)")
+        ax.set_ylabel(f"predicted {metric.upper()} (ms)")
+        ax.set_title(f"{metric.upper()}" + (" (requests admitted at once)" if metric == "ttft" else ""))
+        ax.legend()
+    fig.suptitle("Llama 3.1 70B served by TensorRT-LLM, silicon vs predicted (AIConfigurator's sample)")
+    fig.tight_layout()
+    write_figure_atomic(fig, path, dpi=120)
+
+
+def refit_check() -> list[str]:
+    """Held-out throughput and TPOT of the PyTorch backend's fit without and with the serving rows' TPOT (--refit-check)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from plan_vs_published import cross_validate, cross_validated_error, fit  # noqa: E402
+
+    rows, serving = P.published_rows("pytorch"), serving_rows()
+    out = []
+    for label, fit_serving in (("throughput rows alone (shipped)", False), ("with the serving rows' TPOT", True)):
+        out.append(f"{label}: constants {fit(rows, serving=serving if fit_serving else None).as_dict()}")
+        for by in ("gpu", "model"):
+            folds = cross_validate(rows, by, serving=serving, fit_serving=fit_serving)
+            pooled = cross_validated_error(folds)
+            tpot = _stats([r["tpot"]["error_pct"] for fold in folds for r in fold.get("serving", [])])
+            per_fold = ", ".join(f"{f['value']} {f['median_abs_pct_error']:.1f}%" for f in folds)
+            out.append(f"  {by} held out: throughput median/worst |error| {pooled['median_abs_pct_error']:.1f}% / "
+                       f"{pooled['max_abs_pct_error']:.1f}% ({per_fold})"
+                       + (f"; TPOT of the held-out serving rows {tpot['median_abs_pct_error']:.1f}% / "
+                          f"{tpot['max_abs_pct_error']:.1f}%, mean signed {tpot['mean_signed_pct']:+.1f}% ({tpot['rows']} rows)"
+                          if tpot["rows"] else ""))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=build_root() / "reports" / "plan_vs_silicon_serving")
+    parser.add_argument("--refit-check", action="store_true",
+                        help="refit the PyTorch backend's constants with these rows' TPOT too, cross-validated (~2 min)")
+    args = parser.parse_args(argv)
+    if args.refit_check:
+        for line in refit_check():
+            print(line)
+        return 0
+    result = report()
+    for line in lines(result):
+        print(f"silicon serving (never fitted): {line}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(args.out / "plan_vs_silicon_serving.json", result)
+    plot(result, args.out / "plan_vs_silicon_serving.png")
+    print(f"wrote {args.out}/plan_vs_silicon_serving.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
