@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """The planner's TTFT and TPOT at a concurrency against what NVIDIA measured on silicon for TensorRT-LLM serving
-(pipeline/data/aiconfigurator_silicon_serving.tsv: Llama 3.1 70B FP4 and FP8 on B200, FP8 on H200, TP 1-8, ISL/OSL
-1024/1024, 1024/8192 and 8192/1024, 4-128 concurrent requests; the sample NVIDIA ships in AIConfigurator), beside
-AIConfigurator's own estimate of each row. No fit of the planner has seen these figures; the throughput tables check
-max load only, these check what `pipeline plan --slo` searches with.
+(pipeline/data/aiconfigurator_silicon_serving.tsv, the sample NVIDIA ships in AIConfigurator: Qwen3 32B FP8 on H100 on
+TensorRT-LLM 1.0.0rc3, and Llama 3.1 70B FP4 and FP8 on B200 and FP8 on H200 on a release the sample does not name; TP
+1-8, 4-128 concurrent requests), beside AIConfigurator's own estimate of each row. No fit of the planner has seen these
+figures; the throughput tables check max load only, these check what `pipeline plan --slo` searches with.
 
-    .venv/bin/python scripts/plan_vs_silicon_serving.py [--out DIR]
+    .venv/bin/python scripts/plan_vs_silicon_serving.py [--out DIR] [--refit-check]
 
 Each row is planned as pipeline/planner/serving_sample.py says (the PyTorch backend's shipped constants, the build the
 sample does not spell out taken as TensorRT-LLM's defaults); p50 TTFT and TPOT (planner.slo.latency) are compared with
@@ -36,6 +36,7 @@ from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.serving_sample import TABLE, compare_serving, serving_rows  # noqa: E402
 
 METRICS = ("tpot", "ttft")
+MIN_ROWS = 5
 
 
 def compare(efficiency: P.Efficiency | None = None) -> list[dict[str, Any]]:
@@ -57,27 +58,34 @@ def summary(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
                                       if r[metric]["aiconfigurator_error_pct"] is not None])}
 
 
+def _release(row: dict[str, Any]) -> str:
+    return row["trtllm_version"] or "release not named"
+
+
 def groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    keys = sorted({(r["gpu"], r["precision"]) for r in rows})
-    return [(f"{gpu} {precision}", [r for r in rows if (r["gpu"], r["precision"]) == (gpu, precision)])
-            for gpu, precision in keys]
+    """The rows by model, GPU, precision and the TensorRT-LLM release that ran them."""
+    keys = sorted({(r["model"], r["gpu"], r["precision"], _release(r)) for r in rows})
+    return [(" ".join(key), [r for r in rows if (r["model"], r["gpu"], r["precision"], _release(r)) == key]) for key in keys]
 
 
 def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
     rows = compare(efficiency)
     admitted = [r for r in rows if not r["queued"]]
+    runs = sorted({(r["model"], _release(r)) for r in rows})
     return {
         "table": f"pipeline/data/{TABLE}", "rows": rows,
         "tpot": {"all": summary(rows, "tpot"), **{name: summary(part, "tpot") for name, part in groups(rows)}},
         "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
-        "tpot_by_concurrency": {str(c): summary([r for r in rows if r["concurrency"] == c], "tpot")
-                                for c in sorted({r["concurrency"] for r in rows})},
+        # per concurrency, for each model and release whose grid has it (at least MIN_ROWS rows)
+        "tpot_by_concurrency": {f"{model} ({release})": by for model, release in runs if (by := {
+            str(c): summary(part, "tpot") for c in sorted({r["concurrency"] for r in rows})
+            if len(part := [r for r in rows if (r["model"], _release(r), r["concurrency"]) == (model, release, c)]) >= MIN_ROWS})},
     }
 
 
 def _line(label: str, figures: dict[str, Any]) -> str:
     ours, aic = figures["ours"], figures["aiconfigurator"]
-    text = (f"{label:24} ({ours['rows']:3} rows) ours median/worst |error| {ours['median_abs_pct_error']:5.1f}% / "
+    text = (f"{label:44} ({ours['rows']:3} rows) ours median/worst |error| {ours['median_abs_pct_error']:5.1f}% / "
             f"{ours['max_abs_pct_error']:6.1f}%, mean signed {ours['mean_signed_pct']:+6.1f}%")
     if aic["rows"]:
         text += (f"; AIConfigurator {aic['median_abs_pct_error']:5.1f}% / {aic['max_abs_pct_error']:6.1f}%, "
@@ -87,7 +95,8 @@ def _line(label: str, figures: dict[str, Any]) -> str:
 
 def lines(result: dict[str, Any]) -> list[str]:
     out = [_line(f"TPOT {name}", figures) for name, figures in result["tpot"].items()]
-    out += [_line(f"TPOT at concurrency {c}", figures) for c, figures in result["tpot_by_concurrency"].items()]
+    out += [_line(f"TPOT {model} at {c}", figures) for model, by in result["tpot_by_concurrency"].items()
+            for c, figures in by.items()]
     out += [_line(f"TTFT {name}", figures) for name, figures in result["ttft"].items() if figures["ours"]["rows"]]
     return out
 

@@ -14,8 +14,9 @@ the sample does not say taken as the planner takes it: an FP8 KV cache and Tenso
 
 Kept: the TensorRT-LLM rows of aggregated serving (prefill and decode on the same GPUs), without pipeline stages or
 attention data parallelism, of the models the planner has a config for in pipeline/data/published_models/ (MODELS), on
-our GPUs (SYSTEMS). Each row: the sample's id, the date it was measured, its ISL/OSL, TP, concurrency (the sample's
-batch_size, which its source also names as silicon_concurrency), and the mean TTFT and TPOT in ms.
+our GPUs (SYSTEMS). Each row: the sample's id, the date it was measured (where its source names one) and TensorRT-LLM
+release (where it names one), its ISL/OSL, TP, concurrency (the sample's batch_size, which its source also names as
+silicon_concurrency), and the mean TTFT and TPOT in ms.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from allreduce_record import ADDED_SYSTEMS, SYSTEMS, write_table  # noqa: E402
 
-MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b"}  # the sample's model_path -> our published_models key
+MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "Qwen/Qwen3-32B": "qwen3-32b"}  # model_path -> published_models key
 PRECISIONS = {"fp8": "FP8", "fp4": "FP4", "bf16": "BF16", "fp16": "FP16"}
 SAMPLE = "systems/silicon_sample.csv"
 GEMM_QUANT = {"FP8": "fp8", "FP4": "nvfp4", "BF16": "bfloat16", "FP16": "float16"}
 KV_QUANT, KV_FRACTION = "fp8", 0.9
-COLUMNS = ("model", "gpu", "precision", "isl", "osl", "tp", "concurrency", "ttft_ms", "tpot_ms", "measured", "sample_id",
+COLUMNS = ("model", "gpu", "precision", "isl", "osl", "tp", "concurrency", "ttft_ms", "tpot_ms", "measured", "trtllm_version", "sample_id",
            "hf_model", "system", "aiconfigurator_ttft_ms", "aiconfigurator_tpot_ms", "aiconfigurator_status",
            "aiconfigurator_version", "database_version", "source", "aiconfigurator_command")
 
@@ -48,16 +49,17 @@ def rows() -> list[dict[str, str]]:
     frame = pd.read_csv(path)
     gpus = {system: gpu for gpu, system in (SYSTEMS | ADDED_SYSTEMS).items()}
     kept = frame[(frame["backend"] == "trtllm") & (frame["mode"] == "agg") & frame["model_path"].isin(MODELS)
-                 & frame["system"].isin(gpus) & (frame["pp_size"] == 1) & (frame["attention_dp_size"] == 1)]
+                 & frame["system"].isin(gpus) & (frame["pp_size"] == 1) & (frame["attention_dp_size"].fillna(1) == 1)]
     version = metadata.version("aiconfigurator")
     out = []
-    for record in kept.sort_values(["system", "precision", "isl", "osl", "tp_size", "batch_size"]).itertuples():
+    kept = kept.assign(release=kept["backend_version"].fillna(""))
+    for record in kept.sort_values(["model_path", "system", "precision", "isl", "osl", "tp_size", "batch_size"]).itertuples():
         measured = re.search(r"measured=([0-9-]+)", record.silicon_data_source)
         out.append({
             "model": MODELS[record.model_path], "gpu": gpus[record.system], "precision": PRECISIONS[record.precision],
             "isl": str(record.isl), "osl": str(record.osl), "tp": str(int(record.tp_size)),
             "concurrency": str(int(record.batch_size)), "ttft_ms": f"{record.silicon_ttft_ms:.3f}",
-            "tpot_ms": f"{record.silicon_tpot_ms:.3f}", "measured": measured[1] if measured else "",
+            "tpot_ms": f"{record.silicon_tpot_ms:.3f}", "measured": measured[1] if measured else "", "trtllm_version": record.release,
             "sample_id": record.id, "hf_model": record.model_path, "system": record.system,
             "aiconfigurator_version": version, "source": SAMPLE,
         })
@@ -106,7 +108,7 @@ def main() -> None:
                 "TensorRT-LLM serving measured on silicon at a fixed concurrency: mean TTFT and TPOT (ms), from the sample NVIDIA\n"
                 "ships in AIConfigurator (PyPI aiconfigurator; `source` is the file inside its package, `sample_id` its row).\n"
                 "Aggregated serving (the sample's mode agg), no pipeline stages, no attention data parallelism; concurrency is the\n"
-                "sample's batch_size (its silicon_concurrency). The sample does not name the TensorRT-LLM release of these rows.\n"
+                "sample's batch_size (its silicon_concurrency); trtllm_version the sample's backend_version (empty: it names none).\n"
                 "Beside each: AIConfigurator's own estimate (aiconfigurator_command), with an FP8 KV cache at memory fraction 0.9.\n"
                 "Written by scripts/silicon_serving_record.py; read by scripts/plan_vs_silicon_serving.py. No fit sees them.",
                 COLUMNS, table)

@@ -166,10 +166,12 @@ _TTFT_P50 = ("a ttft_p50_ms bound is checked against the predicted p50 TTFT (one
 
 # What NVIDIA's silicon-measured serving runs say of the PyTorch backend's TPOT (scripts/plan_vs_silicon_serving.py;
 # asserted against that report in tests/unit/planner/test_serving_sample.py).
-_PYTORCH_TPOT = ("TPOT on the PyTorch backend: NVIDIA's silicon-measured serving of Llama 3.1 70B (B200 and H200, TP 1-8, "
-                 "4-128 concurrent requests; AIConfigurator's sample, never fitted) took less time per token than predicted: "
-                 "+46% on average (+70% at 4 requests, +18% at 128; AIConfigurator +25%): expect a lower TPOT than "
-                 "predicted, and a TPOT bound met with margin; calibrate from your own bench (pipeline plan --calibrate)")
+_PYTORCH_TPOT = ("TPOT on the PyTorch backend: serving NVIDIA measured on silicon (AIConfigurator's sample; never fitted) took "
+                 "less time per token than predicted at few concurrent requests: Qwen3 32B FP8 on H100 (TensorRT-LLM "
+                 "1.0.0rc3) +37% at 8 requests, -9% at 128 (+8% on average; AIConfigurator +0.4%), Llama 3.1 70B on B200 "
+                 "and H200 (a later release) +70% at 4, +18% at 128 (+46%; AIConfigurator +25%): expect a lower TPOT than "
+                 "predicted at low concurrency, and a TPOT bound met with margin; calibrate from your own bench (pipeline "
+                 "plan --calibrate)")
 
 
 def slo_caveats(slo_keys: set[str], gpus: set[str], backend: str = "tensorrt") -> list[str]:

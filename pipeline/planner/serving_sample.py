@@ -1,5 +1,6 @@
 """TensorRT-LLM serving measured on silicon at a fixed concurrency (data/aiconfigurator_silicon_serving.tsv: the sample
-NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200, TP 1-8, 4-128 concurrent requests): mean TTFT and TPOT.
+NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200 and Qwen3 32B on H100, TP 1-8, 4-128 concurrent
+requests): mean TTFT and TPOT.
 
 The throughput tables check max load only; these check what the SLO search predicts at a concurrency, and no fit sees
 them (scripts/plan_vs_silicon_serving.py; its --refit-check fits the constants on them too and shows what that costs the
@@ -68,7 +69,7 @@ def compare_serving(rows: list[dict[str, str]], efficiency: Efficiency) -> list[
         scenario = serving_scenario(row)
         concurrency = int(row["concurrency"])
         predicted = latency(scenario, concurrency, serving_build(scenario, concurrency), efficiency)
-        entry: dict[str, Any] = {key: row[key] for key in ("model", "gpu", "precision")}
+        entry: dict[str, Any] = {key: row[key] for key in ("model", "gpu", "precision", "trtllm_version")}
         entry.update({key: int(row[key]) for key in ("tp", "isl", "osl", "concurrency")})
         entry["queued"] = concurrency > predicted.batch
         for metric in METRICS:
