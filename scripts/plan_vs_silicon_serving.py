@@ -76,11 +76,15 @@ def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
         "table": f"pipeline/data/{TABLE}", "rows": rows,
         "tpot": {"all": summary(rows, "tpot"), **{name: summary(part, "tpot") for name, part in groups(rows)}},
         "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
-        # per concurrency, for each model and release whose grid has it (at least MIN_ROWS rows)
-        "tpot_by_concurrency": {f"{model} ({release})": by for model, release in runs if (by := {
-            str(c): summary(part, "tpot") for c in sorted({r["concurrency"] for r in rows})
-            if len(part := [r for r in rows if (r["model"], _release(r), r["concurrency"]) == (model, release, c)]) >= MIN_ROWS})},
+        "tpot_by_concurrency": {f"{model} ({release})": _by_concurrency(
+            [r for r in rows if (r["model"], _release(r)) == (model, release)]) for model, release in runs},
     }
+
+
+def _by_concurrency(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """TPOT figures per concurrency of one model's grid (those with at least MIN_ROWS rows)."""
+    parts = {c: [r for r in rows if r["concurrency"] == c] for c in sorted({r["concurrency"] for r in rows})}
+    return {str(c): summary(part, "tpot") for c, part in parts.items() if len(part) >= MIN_ROWS}
 
 
 def _line(label: str, figures: dict[str, Any]) -> str:
@@ -123,7 +127,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(f"predicted {metric.upper()} (ms)")
         ax.set_title(f"{metric.upper()}" + (" (requests admitted at once)" if metric == "ttft" else ""))
         ax.legend()
-    fig.suptitle("Llama 3.1 70B served by TensorRT-LLM, silicon vs predicted (AIConfigurator's sample)")
+    fig.suptitle("TensorRT-LLM serving (Llama 3.1 70B, Qwen3 32B): silicon vs predicted (AIConfigurator's sample)")
     fig.tight_layout()
     write_figure_atomic(fig, path, dpi=120)
 
@@ -131,7 +135,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def refit_check() -> list[str]:
     """Held-out throughput and TPOT of the PyTorch backend's fit without and with the serving rows' TPOT (--refit-check)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from plan_vs_published import cross_validate, cross_validated_error, fit  # noqa: E402
+    from plan_vs_published import cross_validate, cross_validated_error, fit
 
     rows, serving = P.published_rows("pytorch"), serving_rows()
     out = []
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=build_root() / "reports" / "plan_vs_silicon_serving")
     parser.add_argument("--refit-check", action="store_true",
-                        help="refit the PyTorch backend's constants with these rows' TPOT too, cross-validated (~2 min)")
+                        help="refit the PyTorch backend's constants with these rows' TPOT too, cross-validated (~1 min)")
     args = parser.parse_args(argv)
     if args.refit_check:
         for line in refit_check():

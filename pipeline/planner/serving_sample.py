@@ -1,6 +1,6 @@
 """TensorRT-LLM serving measured on silicon at a fixed concurrency (data/aiconfigurator_silicon_serving.tsv: the sample
-NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200 and Qwen3 32B on H100, TP 1-8, 4-128 concurrent
-requests): mean TTFT and TPOT.
+NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200 and Qwen3 32B on H100 at TP 1-8 and 4-128 concurrent
+requests, and a few Qwen3 32B runs of a later release on H100 and GB200): mean TTFT and TPOT.
 
 The throughput tables check max load only; these check what the SLO search predicts at a concurrency, and no fit sees
 them (scripts/plan_vs_silicon_serving.py; its --refit-check fits the constants on them too and shows what that costs the
