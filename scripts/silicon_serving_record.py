@@ -36,8 +36,8 @@ PRECISIONS = {"fp8": "FP8", "fp4": "FP4", "bf16": "BF16", "fp16": "FP16"}
 SAMPLE = "systems/silicon_sample.csv"
 GEMM_QUANT = {"FP8": "fp8", "FP4": "nvfp4", "BF16": "bfloat16", "FP16": "float16"}
 KV_QUANT, KV_FRACTION = "fp8", 0.9
-COLUMNS = ("model", "gpu", "precision", "isl", "osl", "tp", "concurrency", "ttft_ms", "tpot_ms", "measured", "trtllm_version", "sample_id",
-           "hf_model", "system", "aiconfigurator_ttft_ms", "aiconfigurator_tpot_ms", "aiconfigurator_status",
+COLUMNS = ("model", "gpu", "precision", "isl", "osl", "tp", "concurrency", "ttft_ms", "tpot_ms", "measured", "trtllm_version",
+           "sample_id", "hf_model", "system", "aiconfigurator_ttft_ms", "aiconfigurator_tpot_ms", "aiconfigurator_status",
            "aiconfigurator_version", "database_version", "source", "aiconfigurator_command")
 
 
