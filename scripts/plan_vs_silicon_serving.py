@@ -33,6 +33,7 @@ from pipeline import planner as P  # noqa: E402
 from pipeline.core.artifacts import write_json_atomic  # noqa: E402
 from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
+from pipeline.planner.calibrate import fit_factor_offset  # noqa: E402
 from pipeline.planner.serving_sample import TABLE, compare_serving, serving_rows  # noqa: E402
 
 METRICS = ("tpot", "ttft")
@@ -78,7 +79,30 @@ def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
         "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
         "tpot_by_concurrency": {f"{model} ({release})": _by_concurrency(
             [r for r in rows if (r["model"], _release(r)) == (model, release)]) for model, release in runs},
+        "calibrated_elsewhere": calibration_check(rows),
     }
+
+
+def calibration_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `pipeline plan --calibrate` makes of the TPOT bias: per deployment (model, GPU, precision, TP, release), the
+    factor and offset calibrate.fit_factor_offset fits on its first ISL/OSL's rows (every concurrency), applied to its
+    other ISL/OSLs' rows: their |error| % before and after."""
+    deployments: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        deployments.setdefault((r["model"], r["gpu"], r["precision"], r["tp"], _release(r)), []).append(r)
+    before, after, offsets = [], [], 0
+    for part in deployments.values():
+        shapes = sorted({(r["isl"], r["osl"]) for r in part})
+        if len(shapes) < 2:
+            continue
+        factor, offset = fit_factor_offset([(r["tpot"]["measured"], r["tpot"]["predicted"]) for r in part
+                                            if (r["isl"], r["osl"]) == shapes[0]])
+        offsets += offset > 0
+        for r in (r for r in part if (r["isl"], r["osl"]) != shapes[0]):
+            before.append(r["tpot"]["error_pct"])
+            after.append(round(100 * ((factor * r["tpot"]["predicted"] + offset) / r["tpot"]["measured"] - 1), 1))
+    return {"deployments": len([p for p in deployments.values() if len({(r["isl"], r["osl"]) for r in p}) > 1]),
+            "with_an_offset": offsets, "before": _stats(before), "after": _stats(after)}
 
 
 def _by_concurrency(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -102,6 +126,12 @@ def lines(result: dict[str, Any]) -> list[str]:
     out += [_line(f"TPOT {model} at {c}", figures) for model, by in result["tpot_by_concurrency"].items()
             for c, figures in by.items()]
     out += [_line(f"TTFT {name}", figures) for name, figures in result["ttft"].items() if figures["ours"]["rows"]]
+    check = result["calibrated_elsewhere"]
+    before, after = check["before"], check["after"]
+    out.append(f"TPOT calibrated on one ISL/OSL of each of {check['deployments']} deployments, at their other ISL/OSLs "
+               f"({before['rows']} rows): median/worst |error| {before['median_abs_pct_error']:.1f}% / "
+               f"{before['max_abs_pct_error']:.1f}% -> {after['median_abs_pct_error']:.1f}% / {after['max_abs_pct_error']:.1f}% "
+               f"({check['with_an_offset']} fits with an offset, the rest a factor alone)")
     return out
 
 

@@ -131,7 +131,7 @@ def _pairs(data: dict[str, Any], model: ModelSpec, target: GpuSpec) -> list[tupl
     return out
 
 
-def _fit(points: list[tuple[float, float]], fixed_costs_first: bool = False) -> tuple[float, float]:
+def fit_factor_offset(points: list[tuple[float, float]], fixed_costs_first: bool = False) -> tuple[float, float]:
     """(factor, offset) minimising sum(((factor p + offset) - m) / m)^2 over (measured m, predicted p). Where the two
     cannot be told apart or the offset would be negative: the factor alone, or with fixed_costs_first (the CPU,
     module docstring) the offset alone at factor 1 while it is not negative."""
@@ -181,7 +181,7 @@ def fit_calibration(files: list[Path], model: ModelSpec, model_path: Path, gpus:
     for metric in METRICS:
         points = [(v, p) for m, v, p in pairs if m == metric]
         if points:
-            factor, offset = _fit(points, fixed_costs_first=target.is_cpu)
+            factor, offset = fit_factor_offset(points, fixed_costs_first=target.is_cpu)
             factors[metric], offsets[metric] = round(factor, 4), round(offset, 3)
             band[metric] = round(max(abs(math.log(v / (factor * p + offset))) for v, p in points), 4)
     return Calibration(model=name, gpu=get_gpu(gpu).key, backend=backend, target=target, factors=factors,

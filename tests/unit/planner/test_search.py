@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import planner as P
 from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.planner.calibrate import _fit, fit_calibration, prediction_error
+from pipeline.planner.calibrate import fit_factor_offset, fit_calibration, prediction_error
 from pipeline.planner.cpu import plan_target
 from pipeline.planner.pareto import pareto_front, write_plan_report
 from pipeline.planner.prices import load_prices
@@ -139,8 +139,8 @@ def test_on_the_cpu_calibration_fits_the_fixed_costs_its_measured_rates_cannot_s
     # measured growing faster than predicted across levels (a free fit wants a negative offset): on a GPU the
     # factor alone, on the CPU the fixed cost alone
     steep = [(55.0, 31.0), (70.0, 31.0), (116.0, 45.0), (141.0, 45.0)]  # (measured, predicted) TPOT ms, c=1 and c=2
-    gpu_factor, gpu_offset = _fit(steep)
-    cpu_factor, cpu_offset = _fit(steep, fixed_costs_first=True)
+    gpu_factor, gpu_offset = fit_factor_offset(steep)
+    cpu_factor, cpu_offset = fit_factor_offset(steep, fixed_costs_first=True)
     assert gpu_factor > 2 and gpu_offset == 0.0 and cpu_factor == 1.0 and 30 < cpu_offset < 50
     # a model that predicts too much on this host: a fixed cost cannot take it back, a factor below 1 does
     slower = fit_calibration([_bench_file(tmp_path, "c", model="llama-3.1-8b", gpu="cpu", isl=64, osl=16, factor=0.6,

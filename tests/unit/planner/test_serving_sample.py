@@ -95,6 +95,15 @@ def summary_of(report: dict, model: str) -> dict[str, float]:
     return {"ours": sum(r["tpot"]["error_pct"] for r in rows) / len(rows), "aiconfigurator": sum(answered) / len(answered)}
 
 
+def test_calibrating_on_one_isl_osl_carries_to_the_others(report) -> None:
+    """What the caveat advises (pipeline plan --calibrate), on the sample: each deployment calibrated on its first
+    ISL/OSL's rows, its other ISL/OSLs' TPOT error halves (the README's figures)."""
+    check = report["calibrated_elsewhere"]
+    assert (check["deployments"], check["before"]["rows"], check["with_an_offset"]) == (16, 300, 0)
+    assert (check["before"]["median_abs_pct_error"], check["before"]["max_abs_pct_error"]) == (21.1, 117.0)
+    assert (check["after"]["median_abs_pct_error"], check["after"]["max_abs_pct_error"]) == (10.6, 67.0)
+
+
 def test_a_fold_never_sees_its_held_out_serving_rows(monkeypatch) -> None:
     published = script_module("plan_vs_published")
     seen: list[list[dict]] = []
