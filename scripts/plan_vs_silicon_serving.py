@@ -90,19 +90,19 @@ def calibration_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
     deployments: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         deployments.setdefault((r["model"], r["gpu"], r["precision"], r["tp"], _release(r)), []).append(r)
-    before, after, offsets = [], [], 0
+    before, after, calibrated, offsets = [], [], 0, 0
     for part in deployments.values():
-        shapes = sorted({(r["isl"], r["osl"]) for r in part})
-        if len(shapes) < 2:
-            continue
-        factor, offset = fit_factor_offset([(r["tpot"]["measured"], r["tpot"]["predicted"]) for r in part
-                                            if (r["isl"], r["osl"]) == shapes[0]])
-        offsets += offset > 0
-        for r in (r for r in part if (r["isl"], r["osl"]) != shapes[0]):
-            before.append(r["tpot"]["error_pct"])
-            after.append(round(100 * ((factor * r["tpot"]["predicted"] + offset) / r["tpot"]["measured"] - 1), 1))
-    return {"deployments": len([p for p in deployments.values() if len({(r["isl"], r["osl"]) for r in p}) > 1]),
-            "with_an_offset": offsets, "before": _stats(before), "after": _stats(after)}
+        first = min((r["isl"], r["osl"]) for r in part)
+        bench = [r for r in part if (r["isl"], r["osl"]) == first]
+        if len(bench) == len(part):
+            continue  # one ISL/OSL only: nothing to carry the calibration to
+        factor, offset = fit_factor_offset([(r["tpot"]["measured"], r["tpot"]["predicted"]) for r in bench])
+        calibrated, offsets = calibrated + 1, offsets + (offset > 0)
+        for r in part:
+            if r not in bench:
+                before.append(r["tpot"]["error_pct"])
+                after.append(round(100 * ((factor * r["tpot"]["predicted"] + offset) / r["tpot"]["measured"] - 1), 1))
+    return {"deployments": calibrated, "with_an_offset": offsets, "before": _stats(before), "after": _stats(after)}
 
 
 def _by_concurrency(rows: list[dict[str, Any]]) -> dict[str, Any]:
