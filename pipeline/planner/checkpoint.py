@@ -93,7 +93,7 @@ def sixteen_bit_linear_params(model: LayerShapes, globs: tuple[str, ...]) -> int
     NVFP4 DeepSeek and Kimi checkpoints leave their attention so (AIConfigurator 0.12.0's models/helpers.py names them).
     The dense layers are taken to be the first ones (DeepSeek's first_k_dense_replace); an exclusion of routed experts
     is not read: they keep the checkpoint's precision."""
-    per_layer = _attention_projections(model)
+    per_layer = attention_projections(model)
     width, shared = model.intermediate_size, model.shared_expert_intermediate_size
     mlp = "feed_forward" if model.model_type.startswith("llama4") else "mlp"
     shared_name = "shared_experts" if model.latent_attention or "deepseek" in model.model_type else "shared_expert"
@@ -110,8 +110,9 @@ def sixteen_bit_linear_params(model: LayerShapes, globs: tuple[str, ...]) -> int
     return kept
 
 
-def _attention_projections(model: LayerShapes) -> list[tuple[str, int]]:
-    """One layer's attention projections: (name under the layer, weights)."""
+def attention_projections(model: LayerShapes) -> list[tuple[str, int]]:
+    """One layer's attention projections under the names a Hugging Face checkpoint gives them: (name under the layer,
+    weights), biases left out. What ModelSpec.attention_params_per_layer sums."""
     hidden, heads, latent = model.hidden_size, model.num_heads, model.latent_attention
     if latent:
         return [(f"self_attn.{name}", weights) for name, weights in latent.projections(hidden, heads)]

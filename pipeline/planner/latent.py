@@ -59,10 +59,6 @@ class LatentAttention(BaseModel):
                         ("kv_b_proj", self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)),
                         ("o_proj", heads * self.v_head_dim * hidden)]
 
-    def params(self, hidden: int, heads: int) -> int:
-        """Weights of one layer's attention (its projections)."""
-        return sum(weights for _, weights in self.projections(hidden, heads))
-
     @property
     def norm_params(self) -> int:
         """The RMSNorms on the query and KV latents, per layer."""

@@ -11,7 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import InvalidInputError, UnsupportedError
-from pipeline.planner.checkpoint import checkpoint_precision, excluded_module_globs, sixteen_bit_linear_params
+from pipeline.planner.checkpoint import (attention_projections, checkpoint_precision, excluded_module_globs,
+                                         sixteen_bit_linear_params)
 from pipeline.planner.latent import LatentAttention, latent_attention_from
 
 
@@ -71,13 +72,10 @@ class ModelSpec(BaseModel):
     # parameter counts --------------------------------------------------------------------------------
     @property
     def attention_params_per_layer(self) -> int:
-        if self.latent_attention:
-            return self.latent_attention.params(self.hidden_size, self.num_heads)
-        q = self.hidden_size * self.num_heads * self.head_dim
-        kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
-        o = self.num_heads * self.head_dim * self.hidden_size
-        bias = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
-        return q + kv + o + bias
+        weights = sum(params for _, params in attention_projections(self))
+        if self.attention_bias and not self.latent_attention:
+            weights += (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        return weights
 
     def _mlp_params(self, width: int) -> int:
         """A gated MLP (gate, up, down) of this width."""
