@@ -5,8 +5,10 @@ engines of 0.17, the PyTorch backend of 1.0 and later): a table, JSON, CSV and a
     .venv/bin/python scripts/plan_vs_published.py [--backend tensorrt|pytorch|all] [--fit] [--cv] [--out DIR]
 
 --fit refits each backend's GLOBAL constants (bandwidth, 16-bit, 8-bit and FP4 compute, per-layer step overhead, cost per
-decoding sequence per layer; engines read the KV cache at the bandwidth measured on silicon) on all its rows, from the backend's start
-(rates.prior_for: PRIOR, and the structure of that backend's model; paste them into pipeline/planner/rates.py). --cv is
+decoding sequence per layer; KV reads at the bandwidth measured on silicon) on all its rows, from the backend's start
+(rates.prior_for: PRIOR, and the structure of that backend's model; paste them into pipeline/planner/rates.py); the
+PyTorch backend's fit adds the TPOT of the serving NVIDIA measured on silicon (planner/serving_sample.py) at a tenth of
+the rows' weight, and its folds hold out the held-out GPU's or model's serving rows too and report their TPOT. --cv is
 the figure to quote: hold out one whole GPU, then one whole model; each fold is refitted from that start (never from a
 fit that saw the held-out rows) on its training rows alone, and a constant that no training row informs (16-bit GEMMs
 when every training row is FP8) stays at PRIOR.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +51,7 @@ from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.output import OUT, simple_table  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
-from pipeline.planner.serving_sample import compare_serving, tpot_loss_over  # noqa: E402
+from pipeline.planner.serving_sample import compare_serving, serving_rows, tpot_loss_over  # noqa: E402
 from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,6 +75,14 @@ GRID_STEP_US = (10.0, 100.0, 200.0)
 # the bound the max-load rows traded it for bandwidth (the all-row fit ran to ~170 us per layer); since each run is
 # replayed as the scheduler serves it (planner/offline.py) the all-row fit stays inside it, at 8.3 us.
 ENGINE_OVERHEAD_CAP_US = 25.0
+# The PyTorch backend's max-load rows cannot tell the weight reads' fraction from a per-iteration cost (with KV reads at
+# silicon's figures its folds' fits spread from 0.72 of the bandwidth and no per-layer cost to 0.99 and 59 us); the TPOT
+# of serving at 4-128 requests, which NVIDIA measured on silicon, can. Its fit adds them with this share of the
+# throughput rows' total weight: enough to pin that split, too little to outweigh max load. Tried (throughput held out
+# by GPU / by model, median; TPOT of the held-out serving rows by GPU / by model): 1.0 4.7% / 6.1%, 14.6% / 16.5%; 0.3
+# 4.0% / 4.8%, 14.1% / 15.5%; 0.1 3.7% / 4.3%, 13.8% / 12.4% (B200 held out 3.8%); 0.03 3.8% / 4.0%, 12.4% / 9.1% (B200
+# 4.6%); none 3.9% / 3.6%, 19.6% / 11.5% (B200 7.5%).
+SERVING_SHARE = 0.1
 
 
 def informed(rows: list[dict[str, str]]) -> list[bool]:
@@ -100,10 +111,16 @@ def _backend_prior(rows: list[dict[str, str]]) -> P.Efficiency:
     return prior_for("pytorch" if _all_pytorch(rows) else "tensorrt")
 
 
+def shipped_serving(rows: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    """The silicon serving rows whose TPOT the shipped fit of these rows' backend adds (the PyTorch backend's), else None."""
+    return serving_rows() if _all_pytorch(rows) else None
+
+
 def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None,
         serving: list[dict[str, str]] | None = None) -> P.Efficiency:
-    """Nelder-Mead over the constants these rows (and the silicon serving rows `serving`, whose TPOT the loss adds with the
-    same total weight as the throughput rows') inform, from `start`, inside physical bounds; the others keep `start`."""
+    """Nelder-Mead over the constants these rows (and the silicon serving rows `serving`, whose TPOT the loss adds at
+    SERVING_SHARE of the throughput rows' total weight) inform, from `start`, inside physical bounds; the others keep
+    `start`."""
     from scipy.optimize import minimize
 
     start = start or _backend_prior(rows)
@@ -120,7 +137,7 @@ def fit(rows: list[dict[str, str]], start: P.Efficiency | None = None,
 
     row_loss = P.loss_over(rows)
     serving_loss = tpot_loss_over(serving) if serving else None
-    serving_weight = len(rows) / len(serving) if serving else 0.0
+    serving_weight = SERVING_SHARE * len(rows) / len(serving) if serving else 0.0
 
     def constants(x: list[float]) -> P.Efficiency:
         return replace(start, bandwidth=x[0], compute_16bit=x[1], compute_8bit=x[2], step_overhead_per_layer_s=x[3] * 1e-6,
@@ -178,11 +195,26 @@ def cross_validated_error(folds: list[dict[str, Any]]) -> dict[str, Any]:
     return P.error_summary([row for fold in folds for row in fold["comparison"]])
 
 
+def held_out_serving_tpot(folds: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The TPOT of the silicon serving rows of each fold's held-out GPU or model, predicted by that fold's constants, pooled:
+    median and worst |error| and mean signed error, ours and AIConfigurator's (over the rows it answered); None without any."""
+    rows = [r["tpot"] for fold in folds for r in fold.get("serving", [])]
+    if not rows:
+        return None
+
+    def stats(errors: list[float]) -> dict[str, Any]:
+        return {"rows": len(errors), "median_abs_pct_error": round(statistics.median(abs(e) for e in errors), 1),
+                "max_abs_pct_error": max(abs(e) for e in errors), "mean_signed_pct": round(statistics.fmean(errors), 1)}
+    return {"ours": stats([r["error_pct"] for r in rows]),
+            "aiconfigurator": stats([r["aiconfigurator_error_pct"] for r in rows if r["aiconfigurator_error_pct"] is not None])}
+
+
 def pooled_cross_validation(backend: str, by: str) -> tuple[list[str], dict[str, Any]]:
     """(the held-out values, the pooled figures) of one backend's cross-validation by "gpu" or "model": a top-level
     function, so a process pool can run the four apart (tests/unit/planner/test_published.py)."""
-    folds = cross_validate(published_rows(backend), by)
-    return [fold["value"] for fold in folds], cross_validated_error(folds)
+    rows = published_rows(backend)
+    folds = cross_validate(rows, by, serving=shipped_serving(rows), fit_serving=True)
+    return [fold["value"] for fold in folds], {**cross_validated_error(folds), "serving_tpot": held_out_serving_tpot(folds)}
 
 
 def kv_precision_check(backend: str) -> dict[str, Any]:
@@ -192,7 +224,8 @@ def kv_precision_check(backend: str) -> dict[str, Any]:
     rows = published_rows(backend)
     sixteen_bit = [dict(r, kv_cache="auto") for r in rows]
     result = {}
-    for name, variant, eff in (("as_planned", rows, efficiency_for(backend)), ("sixteen_bit_kv", sixteen_bit, fit(sixteen_bit))):
+    refitted = fit(sixteen_bit, serving=shipped_serving(rows))
+    for name, variant, eff in (("as_planned", rows, efficiency_for(backend)), ("sixteen_bit_kv", sixteen_bit, refitted)):
         comparison = P.compare_published(None, variant, efficiency=eff)
         result[name] = {"loss": round(P.comparison_log_loss(comparison), 5), "constants": eff.as_dict(),
                         **P.error_summary(comparison)}
@@ -292,7 +325,7 @@ def _print_comparison(backend: str, comparison: list[dict[str, Any]], eff: P.Eff
 
 def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     rows = published_rows(backend)
-    eff = fit(rows) if args.fit else efficiency_for(backend)
+    eff = fit(rows, serving=shipped_serving(rows)) if args.fit else efficiency_for(backend)
     comparison = P.compare_published(None, rows, efficiency=eff)
     aic = annotate(comparison)
     _print_comparison(backend, comparison, eff)
@@ -304,7 +337,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.cv:
         part["folds"], part["cross_validated"] = [], {}
         for by in FOLD_KINDS:
-            folds = cross_validate(rows, by)
+            folds = cross_validate(rows, by, serving=shipped_serving(rows), fit_serving=True)
             part["folds"] += folds
             part["cross_validated"][by] = cross_validated_error(folds)
             for fold in folds:
@@ -315,6 +348,15 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             pooled = part["cross_validated"][by]
             OUT.stdout.print(f"{backend}: cross-validated, holding out each {by}: median |error| {pooled['median_abs_pct_error']:.1f}%, "
                              f"worst {pooled['max_abs_pct_error']:.1f}% over {pooled['rows']} rows", highlight=False)
+            tpot = held_out_serving_tpot(folds)
+            if tpot:
+                part.setdefault("held_out_serving_tpot", {})[by] = tpot
+                ours, theirs = tpot["ours"], tpot["aiconfigurator"]
+                OUT.stdout.print(f"{backend}: the same folds on the silicon serving rows of the {by} each held out, TPOT: median "
+                                 f"|error| {ours['median_abs_pct_error']:.1f}%, worst {ours['max_abs_pct_error']:.1f}%, mean signed "
+                                 f"{ours['mean_signed_pct']:+.1f}% over {ours['rows']} rows; AIConfigurator "
+                                 f"{theirs['median_abs_pct_error']:.1f}% / {theirs['max_abs_pct_error']:.1f}%, "
+                                 f"{theirs['mean_signed_pct']:+.1f}% on {theirs['rows']}", highlight=False)
     held_out = None
     if args.cv:
         held_out = {_row_id(r): r["error_pct"]

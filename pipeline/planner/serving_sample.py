@@ -2,9 +2,10 @@
 NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200 and Qwen3 32B on H100 at TP 1-8 and 4-128 concurrent
 requests, and a few Qwen3 32B runs of a later release on H100 and GB200): mean TTFT and TPOT.
 
-The throughput tables check max load only; these check what the SLO search predicts at a concurrency, and no fit sees
-them (scripts/plan_vs_silicon_serving.py; its --refit-check fits the constants on them too and shows what that costs the
-throughput rows held out). Each row is planned as the PyTorch backend that served it (AIConfigurator's TensorRT-LLM
+The throughput tables check max load only; these check what the SLO search predicts at a concurrency. Their TPOT also
+pins what the max-load rows cannot: how much of a decode step is weight reads and how much a cost per iteration, so the
+PyTorch backend's fit adds it at a tenth of the throughput rows' weight, and its cross-validation predicts each held-out
+GPU's or model's rows here too (scripts/plan_vs_published.py; scripts/plan_vs_silicon_serving.py). Each row is planned as the PyTorch backend that served it (AIConfigurator's TensorRT-LLM
 templates run `backend: pytorch`), on the build the sample does not spell out taken as TensorRT-LLM's defaults:
 max_batch_size the concurrency, max_num_tokens 8192, no chunked prefill, an FP8 KV cache at memory fraction 0.9.
 """

@@ -97,22 +97,25 @@ def test_the_kv_read_table_names_the_silicon_file_of_every_figure() -> None:
     assert {r["gpu"] for r in rows if r["provenance"] == "legacy"} == {"a100-80gb"}
 
 
-def test_engines_read_the_kv_cache_at_the_bandwidth_measured_on_silicon_for_the_rank_shape() -> None:
+def test_both_backends_read_the_kv_cache_at_the_bandwidth_measured_on_silicon_for_the_rank_shape() -> None:
     """8B FP8 on H100 at TP 1 runs 32 query and 8 KV heads per rank: its decode attention reads at the silicon figure for
-    that shape (AIConfigurator's generation_attention_perf); 70B at TP 8 has one KV head per rank, which reads slower."""
+    that shape (AIConfigurator's generation_attention_perf); 70B at TP 8 has one KV head per rank, which reads slower.
+    Both backends run TensorRT-LLM's attention kernels; only engines' compute fractions are shares of silicon's GEMM rates."""
     from pipeline.planner.rates import PRIOR, efficiency_for, kv_read_fraction, prior_for
 
-    assert prior_for("pytorch") == replace(PRIOR, moe_measured=True, sliding_windows=True) and not PRIOR.kv_bandwidth_measured
+    assert prior_for("pytorch") == replace(PRIOR, kv_bandwidth_measured=True, gemm_roofline_exponent=2.0, moe_measured=True,
+                                           sliding_windows=True) and not PRIOR.kv_bandwidth_measured
     assert prior_for("tensorrt").kv_bandwidth_measured and prior_for("tensorrt").gemm_roofline_exponent == 2.0
+    assert prior_for("tensorrt").gemm_rate_measured and not prior_for("pytorch").gemm_rate_measured
     engines = efficiency_for("tensorrt")
-    assert engines.kv_bandwidth_measured and not efficiency_for("pytorch").kv_bandwidth_measured
+    assert engines.kv_bandwidth_measured and efficiency_for("pytorch").kv_bandwidth_measured
     scenario = _scenario("llama-3.1-8b", "h100-sxm", 1, "FP8", 128, 2048)
     load = StepLoad(decode=256, decode_context=1152, prefill_tokens=0, prefill_context=0)
     kv_bytes = 256 * 1152 * P.kv_bytes_per_token(scenario.model, scenario.kv, 1)
     measured = _measured_kv_gbps("h100-sxm", "fp8", 128, 32, 8) * 1e9
     assert P.step_time(scenario, load, engines).decode_attention_s == pytest.approx(kv_bytes / measured, rel=1e-9)
     pytorch = efficiency_for("pytorch")
-    assert P.step_time(scenario, load, pytorch).decode_attention_s == pytest.approx(kv_bytes / (3.35e12 * pytorch.bandwidth))
+    assert P.step_time(scenario, load, pytorch).decode_attention_s == pytest.approx(kv_bytes / measured, rel=1e-9)
     assert kv_read_fraction("h100-sxm", 1, 128, 8, 1) == pytest.approx(_measured_kv_gbps("h100-sxm", "fp8", 128, 8, 1) / 3350)
     assert kv_read_fraction("h100-sxm", 1, 128, 8, 1) < 0.9 * kv_read_fraction("h100-sxm", 1, 128, 64, 8)
     assert kv_read_fraction("cpu", 2, 64, 9, 3) is None

@@ -64,7 +64,7 @@ def test_without_silicons_timing_decode_attention_is_math_bound_at_the_caches_pr
     assert a100.latent_decode.flops == pytest.approx(61 * 2 * 128 * (576 + 512) * 256 * 2048)
     read_s = a100.kv_read_bytes / (a100.hbm * eff.bandwidth)
     math_s = a100.latent_decode.flops / (a100.latent_decode.rate * eff.compute_16bit)
-    assert a100.time(eff).decode_attention_s == pytest.approx(math_s) and math_s > 2 * read_s
+    assert a100.time(eff).decode_attention_s == pytest.approx(math_s) and math_s > 1.5 * read_s
     fp8 = P.Scenario(DEEPSEEK, "l40s", "fp8", "fp8", 8, 1024, 1024, attention_dp=True)
     eight, sixteen = (step_work(scenario, load, eff) for scenario in (fp8, fp8.replace(kv=kv_cache_format("auto"))))
     assert (eight.latent_decode.bits, sixteen.latent_decode.bits) == (8, 16)

@@ -63,29 +63,31 @@ def test_the_tpot_loss_is_the_comparisons_log_error() -> None:
 
 
 def test_figures_are_what_the_caveat_and_readme_quote(report) -> None:
+    """The shipped constants on the sample (in the PyTorch backend's fit at a tenth of the weight): the figures the caveat
+    and README quote. Before that fit (127 us per layer per iteration, the weight reads at the bandwidth bound): all 399
+    rows 24.5% / +28.6%, Qwen3 1.0.0rc3 +37% at 8 requests and -9% at 128, Llama 3.1 70B +70% at 4 and +18% at 128."""
     tpot = report["tpot"]
     figures = {name: (part["ours"]["rows"], part["ours"]["median_abs_pct_error"], part["ours"]["mean_signed_pct"],
                       part["aiconfigurator"]["rows"], part["aiconfigurator"]["median_abs_pct_error"],
                       part["aiconfigurator"]["mean_signed_pct"]) for name, part in tpot.items()}
-    assert figures["all"] == (399, 24.5, 28.6, 391, 12.8, 13.6)
-    assert figures["qwen3-32b h100-sxm FP8 1.0.0rc3"] == (176, 14.1, 7.7, 176, 5.2, 0.4)
+    assert figures["all"] == (399, 11.6, -3.8, 391, 12.8, 13.6)
+    assert figures["qwen3-32b h100-sxm FP8 1.0.0rc3"] == (176, 15.6, -14.3, 176, 5.2, 0.4)
     llama = [tpot[f"llama-3.1-70b {gpu} release not named"] for gpu in ("b200 FP4", "b200 FP8", "h200 FP8")]
-    assert [part["ours"]["mean_signed_pct"] for part in llama] == [46.6, 51.7, 40.5]
+    assert [part["ours"]["mean_signed_pct"] for part in llama] == [-2.3, 6.3, 9.4]
     caveat, = tpot_caveats("pytorch", {"b200"})
     qwen, later = report["tpot_by_concurrency"]["qwen3-32b (1.0.0rc3)"], report["tpot_by_concurrency"]["llama-3.1-70b (release not named)"]
 
-    def signed(part: dict, who: str = "ours") -> int:
-        return round(part[who]["mean_signed_pct"])
+    def signed(part: dict, who: str = "ours") -> str:
+        return f"{round(part[who]['mean_signed_pct']):+d}%"
 
-    assert (f"1.0.0rc3) +{signed(qwen['8'])}% at 8 requests, {signed(qwen['128'])}% at 128 (+{round(figures['qwen3-32b h100-sxm FP8 1.0.0rc3'][2])}% "
-            f"on average; AIConfigurator +{figures['qwen3-32b h100-sxm FP8 1.0.0rc3'][5]}%)") in caveat
     llama_all = summary_of(report, "llama-3.1-70b")
-    assert (f"+{signed(later['4'])}% at 4, +{signed(later['128'])}% at 128 (+{round(llama_all['ours'])}%; AIConfigurator "
-            f"+{round(llama_all['aiconfigurator'])}%)") in caveat
-    # TPOT is predicted high at few requests, less so (or low) at many, on both grids
-    for by in (qwen, later):
-        signs = [by[c]["ours"]["mean_signed_pct"] for c in sorted(by, key=int)]
-        assert signs == sorted(signs, reverse=True) and signs[0] > 30
+    assert (f"{signed(later['4'])} at 4 requests and {signed(later['128'])} at 128 ({round(llama_all['ours']):+d}% on "
+            f"average; AIConfigurator {round(llama_all['aiconfigurator']):+d}%)") in caveat
+    assert (f"{signed(qwen['8'])} at 8 and {signed(qwen['128'])} at 128 ({round(figures['qwen3-32b h100-sxm FP8 1.0.0rc3'][2]):+d}%; "
+            f"AIConfigurator +{figures['qwen3-32b h100-sxm FP8 1.0.0rc3'][5]}%)") in caveat
+    # the later release within 10% on average at every concurrency; the 1.0.0rc3 runs slower than predicted from 16 on
+    assert all(abs(by["ours"]["mean_signed_pct"]) < 10 for by in later.values())
+    assert all(qwen[c]["ours"]["mean_signed_pct"] < -10 for c in ("16", "32", "64", "128"))
 
 
 def summary_of(report: dict, model: str) -> dict[str, float]:
@@ -97,11 +99,12 @@ def summary_of(report: dict, model: str) -> dict[str, float]:
 
 def test_calibrating_on_one_isl_osl_carries_to_the_others(report) -> None:
     """What the caveat advises (pipeline plan --calibrate), on the sample: each deployment calibrated on its first
-    ISL/OSL's rows, its other ISL/OSLs' TPOT error halves (the README's figures)."""
+    ISL/OSL's rows, its other ISL/OSLs' TPOT error halves in the median (the README's figures; before the fit saw these
+    rows: 21.1% / 117% -> 10.6% / 67%, every fit a factor alone)."""
     check = report["calibrated_elsewhere"]
-    assert (check["deployments"], check["before"]["rows"], check["with_an_offset"]) == (16, 300, 0)
-    assert (check["before"]["median_abs_pct_error"], check["before"]["max_abs_pct_error"]) == (21.1, 117.0)
-    assert (check["after"]["median_abs_pct_error"], check["after"]["max_abs_pct_error"]) == (10.6, 67.0)
+    assert (check["deployments"], check["before"]["rows"], check["with_an_offset"]) == (16, 300, 5)
+    assert (check["before"]["median_abs_pct_error"], check["before"]["max_abs_pct_error"]) == (11.9, 30.9)
+    assert (check["after"]["median_abs_pct_error"], check["after"]["max_abs_pct_error"]) == (6.0, 46.2)
 
 
 def test_a_fold_never_sees_its_held_out_serving_rows(monkeypatch) -> None:
