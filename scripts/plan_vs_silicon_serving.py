@@ -36,7 +36,7 @@ from pipeline.core.artifacts import write_json_atomic  # noqa: E402
 from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.calibrate import fit_factor_offset  # noqa: E402
-from pipeline.planner.serving_sample import TABLE, compare_serving, serving_rows  # noqa: E402
+from pipeline.planner.serving_sample import MORE_TABLE, TABLE, compare_serving, more_serving_rows, serving_rows  # noqa: E402
 
 METRICS = ("tpot", "ttft")
 MIN_ROWS = 5
@@ -73,15 +73,20 @@ def groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
 
 def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
     rows = compare(efficiency)
+    more = compare_serving(more_serving_rows(), efficiency or P.efficiency_for("pytorch"))
+    return {"table": f"pipeline/data/{TABLE}", "rows": rows, **_figures(rows), "calibrated_elsewhere": calibration_check(rows),
+            "never_fitted": {"table": f"pipeline/data/{MORE_TABLE}", "rows": more, **_figures(more)}}
+
+
+def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """TPOT per group and per concurrency, TTFT of the rows admitted at once and of those that queued."""
     admitted = [r for r in rows if not r["queued"]]
     runs = sorted({(r["model"], _release(r)) for r in rows})
     return {
-        "table": f"pipeline/data/{TABLE}", "rows": rows,
         "tpot": {"all": summary(rows, "tpot"), **{name: summary(part, "tpot") for name, part in groups(rows)}},
         "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
         "tpot_by_concurrency": {f"{model} ({release})": _by_concurrency(
             [r for r in rows if (r["model"], _release(r)) == (model, release)]) for model, release in runs},
-        "calibrated_elsewhere": calibration_check(rows),
     }
 
 
@@ -123,14 +128,19 @@ def _line(label: str, figures: dict[str, Any]) -> str:
     return text
 
 
-def lines(result: dict[str, Any]) -> list[str]:
+def figure_lines(result: dict[str, Any]) -> list[str]:
     out = [_line(f"TPOT {name}", figures) for name, figures in result["tpot"].items()]
     out += [_line(f"TPOT {model} at {c}", figures) for model, by in result["tpot_by_concurrency"].items()
             for c, figures in by.items()]
-    out += [_line(f"TTFT {name}", figures) for name, figures in result["ttft"].items() if figures["ours"]["rows"]]
+    return out + [_line(f"TTFT {name}", figures) for name, figures in result["ttft"].items() if figures["ours"]["rows"]]
+
+
+def lines(result: dict[str, Any]) -> list[str]:
+    out = [f"(in the PyTorch fit at a tenth of the weight): {line}" for line in figure_lines(result)]
+    out += [f"(a model added after the fit, never fitted): {line}" for line in figure_lines(result["never_fitted"])]
     check = result["calibrated_elsewhere"]
     before, after = check["before"], check["after"]
-    out.append(f"TPOT calibrated on one ISL/OSL of each of {check['deployments']} deployments, at their other ISL/OSLs "
+    out.append(f"(in the PyTorch fit at a tenth of the weight): TPOT calibrated on one ISL/OSL of each of {check['deployments']} deployments, at their other ISL/OSLs "
                f"({before['rows']} rows): median/worst |error| {before['median_abs_pct_error']:.1f}% / "
                f"{before['max_abs_pct_error']:.1f}% -> {after['median_abs_pct_error']:.1f}% / {after['max_abs_pct_error']:.1f}% "
                f"({check['with_an_offset']} fits with an offset, the rest a factor alone)")
@@ -146,9 +156,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     for ax, metric in zip(axes, METRICS):
         rows = [r for r in result["rows"] if metric == "tpot" or not r["queued"]]
-        measured = [r[metric]["measured"] for r in rows]
-        ax.scatter(measured, [r[metric]["predicted"] for r in rows], s=12, label="pipeline plan")
-        answered = [r for r in rows if r[metric]["aiconfigurator"] is not None]
+        more = [r for r in result["never_fitted"]["rows"] if metric == "tpot" or not r["queued"]]
+        measured = [r[metric]["measured"] for r in rows + more]
+        ax.scatter([r[metric]["measured"] for r in rows], [r[metric]["predicted"] for r in rows], s=12,
+                   label="pipeline plan (fitted at a tenth of the weight)")
+        ax.scatter([r[metric]["measured"] for r in more], [r[metric]["predicted"] for r in more], s=12,
+                   label="pipeline plan (Llama 3.1 8B BF16, never fitted)")
+        answered = [r for r in rows + more if r[metric]["aiconfigurator"] is not None]
         ax.scatter([r[metric]["measured"] for r in answered], [r[metric]["aiconfigurator"] for r in answered], s=12,
                    marker="x", label="AIConfigurator")
         low, high = min(measured), max(measured)
@@ -159,7 +173,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(f"predicted {metric.upper()} (ms)")
         ax.set_title(f"{metric.upper()}" + (" (requests admitted at once)" if metric == "ttft" else ""))
         ax.legend()
-    fig.suptitle("TensorRT-LLM serving (Llama 3.1 70B, Qwen3 32B): silicon vs predicted (AIConfigurator's sample)")
+    fig.suptitle("TensorRT-LLM serving (Llama 3.1 70B and 8B, Qwen3 32B): silicon vs predicted (AIConfigurator's sample)")
     fig.tight_layout()
     write_figure_atomic(fig, path, dpi=120)
 
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = report()
     for line in lines(result):
-        print(f"silicon serving (in the PyTorch fit at a tenth of the weight): {line}")
+        print(f"silicon serving {line}")
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "plan_vs_silicon_serving.json", result)
     plot(result, args.out / "plan_vs_silicon_serving.png")

@@ -1,13 +1,15 @@
 """TensorRT-LLM serving measured on silicon at a fixed concurrency (data/aiconfigurator_silicon_serving.tsv: the sample
 NVIDIA ships in AIConfigurator; Llama 3.1 70B on B200 and H200 and Qwen3 32B on H100 at TP 1-8 and 4-128 concurrent
-requests, and a few Qwen3 32B runs of a later release on H100 and GB200): mean TTFT and TPOT.
+requests, and a few Qwen3 32B runs of a later release on H100 and GB200; and, added after the fit first read those, which
+no fit reads, Llama 3.1 8B in BF16 on H100): mean TTFT and TPOT.
 
 The throughput tables check max load only; these check what the SLO search predicts at a concurrency. Their TPOT also
 pins what the max-load rows cannot: how much of a decode step is weight reads and how much a cost per iteration, so the
 PyTorch backend's fit adds it at a tenth of the throughput rows' weight, and its cross-validation predicts each held-out
-GPU's or model's rows here too (scripts/plan_vs_published.py; scripts/plan_vs_silicon_serving.py). Each row is planned as the PyTorch backend that served it (AIConfigurator's TensorRT-LLM
-templates run `backend: pytorch`), on the build the sample does not spell out taken as TensorRT-LLM's defaults:
-max_batch_size the concurrency, max_num_tokens 8192, no chunked prefill, an FP8 KV cache at memory fraction 0.9.
+GPU's or model's rows here too (scripts/plan_vs_published.py; scripts/plan_vs_silicon_serving.py). Each row is planned
+as the PyTorch backend that served it (AIConfigurator's TensorRT-LLM templates run `backend: pytorch`), on the build the
+sample does not spell out taken as TensorRT-LLM's defaults: max_batch_size the concurrency, max_num_tokens 8192, no
+chunked prefill, the KV cache at memory fraction 0.9 (FP8 unless the row names another).
 """
 
 from __future__ import annotations
@@ -24,18 +26,26 @@ from pipeline.planner.slo import latency
 from pipeline.planner.timing import closed_loop_run
 
 TABLE = "aiconfigurator_silicon_serving.tsv"
+# the sample's grid of a model added after the fit first read TABLE (Llama 3.1 8B in BF16 on H100): no fit reads it
+MORE_TABLE = "aiconfigurator_silicon_serving_more.tsv"
 MAX_NUM_TOKENS = 8192  # TensorRT-LLM's default (BuildConfig.max_num_tokens)
 KV_FRACTION = 0.9  # TensorRT-LLM's default kv_cache_free_gpu_mem_fraction
 METRICS = ("tpot", "ttft")
 
 
 def serving_rows(gpu: str | None = None) -> list[dict[str, str]]:
-    """The sample's rows (of one GPU)."""
+    """The sample's rows the PyTorch backend's fit reads (of one GPU)."""
     return [row for row in packaged_fact_rows(TABLE) if gpu is None or row["gpu"] == gpu]
 
 
+def more_serving_rows() -> list[dict[str, str]]:
+    """The sample's rows of a model added after that fit (MORE_TABLE), which no fit reads."""
+    return packaged_fact_rows(MORE_TABLE)
+
+
 def serving_scenario(row: dict[str, str]) -> Scenario:
-    return published_scenario(published_model(row["model"]), {**row, "kv_cache": "fp8"})
+    """The row's deployment; its KV cache the row's where it names one (MORE_TABLE), else FP8."""
+    return published_scenario(published_model(row["model"]), {**row, "kv_cache": row.get("kv_cache") or "fp8"})
 
 
 def serving_build(scenario: Scenario, concurrency: int) -> dict[str, Any]:
