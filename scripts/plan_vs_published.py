@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -51,7 +50,7 @@ from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.output import OUT, simple_table  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.published import BACKENDS, published_rows  # noqa: E402
-from pipeline.planner.serving_sample import compare_serving, serving_rows, tpot_loss_over  # noqa: E402
+from pipeline.planner.serving_sample import compare_serving, serving_error_summary, serving_rows, tpot_loss_over  # noqa: E402
 from pipeline.planner.rates import PRIOR, efficiency_for, prior_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -196,17 +195,10 @@ def cross_validated_error(folds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def held_out_serving_tpot(folds: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The TPOT of the silicon serving rows of each fold's held-out GPU or model, predicted by that fold's constants, pooled:
-    median and worst |error| and mean signed error, ours and AIConfigurator's (over the rows it answered); None without any."""
-    rows = [r["tpot"] for fold in folds for r in fold.get("serving", [])]
-    if not rows:
-        return None
-
-    def stats(errors: list[float]) -> dict[str, Any]:
-        return {"rows": len(errors), "median_abs_pct_error": round(statistics.median(abs(e) for e in errors), 1),
-                "max_abs_pct_error": max(abs(e) for e in errors), "mean_signed_pct": round(statistics.fmean(errors), 1)}
-    return {"ours": stats([r["error_pct"] for r in rows]),
-            "aiconfigurator": stats([r["aiconfigurator_error_pct"] for r in rows if r["aiconfigurator_error_pct"] is not None])}
+    """The TPOT of the silicon serving rows of each fold's held-out GPU or model, predicted by that fold's constants, pooled
+    (serving_sample.serving_error_summary: ours and AIConfigurator's); None without any."""
+    compared = [r for fold in folds for r in fold.get("serving", [])]
+    return serving_error_summary(compared, "tpot") if compared else None
 
 
 def pooled_cross_validation(backend: str, by: str) -> tuple[list[str], dict[str, Any]]:

@@ -2,7 +2,8 @@
 """The planner's TTFT and TPOT at a concurrency against what NVIDIA measured on silicon for TensorRT-LLM serving
 (pipeline/data/aiconfigurator_silicon_serving.tsv, the sample NVIDIA ships in AIConfigurator: Qwen3 32B FP8 on H100 on
 TensorRT-LLM 1.0.0rc3, and Llama 3.1 70B FP4 and FP8 on B200 and FP8 on H200 on a release the sample does not name; TP
-1-8, 4-128 concurrent requests), beside AIConfigurator's own estimate of each row. The throughput tables check max load
+1-8, 4-128 concurrent requests; and, in pipeline/data/aiconfigurator_silicon_serving_more.tsv, Llama 3.1 8B in BF16 on
+H100, which no fit reads), beside AIConfigurator's own estimate of each row. The throughput tables check max load
 only, these check what `pipeline plan --slo` searches with. The PyTorch backend's shipped fit has seen their TPOT, at a
 tenth of the throughput rows' weight (scripts/plan_vs_published.py SERVING_SHARE), so the figures printed here are in
 sample; the figure to quote is each GPU's or model's rows predicted by the fold that held it out
@@ -24,7 +25,6 @@ same shapes (Llama 3.1 70B's are Llama 3.3 70B's).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ from pipeline.core.artifacts import write_json_atomic  # noqa: E402
 from pipeline.core.figures import write_figure_atomic  # noqa: E402
 from pipeline.core.paths import build_root  # noqa: E402
 from pipeline.planner.calibrate import fit_factor_offset  # noqa: E402
-from pipeline.planner.serving_sample import MORE_TABLE, TABLE, compare_serving, more_serving_rows, serving_rows  # noqa: E402
+from pipeline.planner.serving_sample import (MORE_TABLE, TABLE, compare_serving, error_stats, serving_error_summary,  # noqa: E402
+                                             more_serving_rows, serving_rows)
 
 METRICS = ("tpot", "ttft")
 MIN_ROWS = 5
@@ -45,20 +46,6 @@ MIN_ROWS = 5
 def compare(efficiency: P.Efficiency | None = None) -> list[dict[str, Any]]:
     """Each measured row beside the planner's p50 (the PyTorch backend's shipped constants) and AIConfigurator's estimate."""
     return compare_serving(serving_rows(), efficiency or P.efficiency_for("pytorch"))
-
-
-def _stats(errors: list[float]) -> dict[str, Any]:
-    if not errors:
-        return {"rows": 0}
-    return {"rows": len(errors), "median_abs_pct_error": round(statistics.median(abs(e) for e in errors), 1),
-            "max_abs_pct_error": max(abs(e) for e in errors), "mean_signed_pct": round(statistics.fmean(errors), 1)}
-
-
-def summary(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """Ours and AIConfigurator's |error| % on `metric` over `rows` (AIConfigurator's over the rows it answered)."""
-    return {"ours": _stats([r[metric]["error_pct"] for r in rows]),
-            "aiconfigurator": _stats([r[metric]["aiconfigurator_error_pct"] for r in rows
-                                      if r[metric]["aiconfigurator_error_pct"] is not None])}
 
 
 def _release(row: dict[str, Any]) -> str:
@@ -83,8 +70,10 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     admitted = [r for r in rows if not r["queued"]]
     runs = sorted({(r["model"], _release(r)) for r in rows})
     return {
-        "tpot": {"all": summary(rows, "tpot"), **{name: summary(part, "tpot") for name, part in groups(rows)}},
-        "ttft": {"admitted": summary(admitted, "ttft"), "queued": summary([r for r in rows if r["queued"]], "ttft")},
+        "tpot": {"all": serving_error_summary(rows, "tpot"),
+                 **{name: serving_error_summary(part, "tpot") for name, part in groups(rows)}},
+        "ttft": {"admitted": serving_error_summary(admitted, "ttft"),
+                 "queued": serving_error_summary([r for r in rows if r["queued"]], "ttft")},
         "tpot_by_concurrency": {f"{model} ({release})": _by_concurrency(
             [r for r in rows if (r["model"], _release(r)) == (model, release)]) for model, release in runs},
     }
@@ -109,13 +98,13 @@ def calibration_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if r not in bench:
                 before.append(r["tpot"]["error_pct"])
                 after.append(round(100 * ((factor * r["tpot"]["predicted"] + offset) / r["tpot"]["measured"] - 1), 1))
-    return {"deployments": calibrated, "with_an_offset": offsets, "before": _stats(before), "after": _stats(after)}
+    return {"deployments": calibrated, "with_an_offset": offsets, "before": error_stats(before), "after": error_stats(after)}
 
 
 def _by_concurrency(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """TPOT figures per concurrency of one model's grid (those with at least MIN_ROWS rows)."""
     parts = {c: [r for r in rows if r["concurrency"] == c] for c in sorted({r["concurrency"] for r in rows})}
-    return {str(c): summary(part, "tpot") for c, part in parts.items() if len(part) >= MIN_ROWS}
+    return {str(c): serving_error_summary(part, "tpot") for c, part in parts.items() if len(part) >= MIN_ROWS}
 
 
 def _line(label: str, figures: dict[str, Any]) -> str:
@@ -140,7 +129,8 @@ def lines(result: dict[str, Any]) -> list[str]:
     out += [f"(a model added after the fit, never fitted): {line}" for line in figure_lines(result["never_fitted"])]
     check = result["calibrated_elsewhere"]
     before, after = check["before"], check["after"]
-    out.append(f"(in the PyTorch fit at a tenth of the weight): TPOT calibrated on one ISL/OSL of each of {check['deployments']} deployments, at their other ISL/OSLs "
+    out.append(f"(in the PyTorch fit at a tenth of the weight): TPOT calibrated on one ISL/OSL of each of "
+               f"{check['deployments']} deployments, at their other ISL/OSLs "
                f"({before['rows']} rows): median/worst |error| {before['median_abs_pct_error']:.1f}% / "
                f"{before['max_abs_pct_error']:.1f}% -> {after['median_abs_pct_error']:.1f}% / {after['max_abs_pct_error']:.1f}% "
                f"({check['with_an_offset']} fits with an offset, the rest a factor alone)")
@@ -190,7 +180,7 @@ def refit_check() -> list[str]:
         for by in ("gpu", "model"):
             folds = cross_validate(rows, by, serving=serving, fit_serving=fit_serving)
             pooled = cross_validated_error(folds)
-            tpot = _stats([r["tpot"]["error_pct"] for fold in folds for r in fold.get("serving", [])])
+            tpot = error_stats([r["tpot"]["error_pct"] for fold in folds for r in fold.get("serving", [])])
             per_fold = ", ".join(f"{f['value']} {f['median_abs_pct_error']:.1f}%" for f in folds)
             out.append(f"  {by} held out: throughput median/worst |error| {pooled['median_abs_pct_error']:.1f}% / "
                        f"{pooled['max_abs_pct_error']:.1f}% ({per_fold})"

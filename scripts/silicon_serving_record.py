@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Write pipeline/data/aiconfigurator_silicon_serving.tsv: TTFT and TPOT that NVIDIA measured on silicon for TensorRT-LLM
 serving a model at a fixed concurrency, from the sample AIConfigurator ships beside its perf database
-(systems/silicon_sample.csv). No fit of the planner has seen these figures.
+(systems/silicon_sample.csv). The PyTorch backend's fit reads their TPOT, at a tenth of the throughput rows'
+weight (scripts/plan_vs_published.py); the --more table's no fit reads.
 
 Run with AIConfigurator's own Python (it needs nothing from the pipeline):
 
@@ -138,7 +139,8 @@ def main() -> None:
                 "Aggregated serving (the sample's mode agg), no pipeline stages, no attention data parallelism; concurrency is the\n"
                 "sample's batch_size (its silicon_concurrency); trtllm_version the sample's backend_version (empty: it names none).\n"
                 "Beside each: AIConfigurator's own estimate (aiconfigurator_command), with an FP8 KV cache at memory fraction 0.9.\n"
-                "Written by scripts/silicon_serving_record.py; read by scripts/plan_vs_silicon_serving.py. No fit sees them.",
+                "Written by scripts/silicon_serving_record.py; read by scripts/plan_vs_silicon_serving.py and, their TPOT, by the\n"
+                "PyTorch backend's fit (at a tenth of the throughput rows' weight: scripts/plan_vs_published.py).",
                 COLUMNS, table)
 
 

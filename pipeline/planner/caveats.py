@@ -145,9 +145,9 @@ def gpu_caveats(gpu: str, backend: str, *, moe: bool = False) -> list[str]:
 # fit is in (scripts/plan_vs_earlier_release.py; asserted against that report in tests/unit/planner/test_earlier_release.py).
 _PYTORCH_ALL_REDUCE = ("TP's all-reduce bounds this prediction, and no published run the PyTorch backend's constants were "
                        "fitted on is so bound; TensorRT-LLM 0.20's published runs that are (Llama 3.3 70B at TP 4 and 8 on B200 "
-                       "and TP 8 on H100 and H200, Llama 3.1 405B at TP 8 on B200; never fitted) came out 8.1% fast in the median, 17% at worst "
-                       "(that release's runs of configurations the fit saw: +2.0% on average): treat the throughput as an upper "
-                       "bound, or calibrate from your own bench (pipeline plan --calibrate)")
+                       "and TP 8 on H100 and H200, Llama 3.1 405B at TP 8 on B200; never fitted) came out 8.1% fast in the "
+                       "median, 17% at worst (that release's runs of configurations the fit saw: +2.0% on average): treat the "
+                       "throughput as an upper bound, or calibrate from your own bench (pipeline plan --calibrate)")
 
 
 def bound_caveats(backend: str, bound: str | None) -> list[str]:

@@ -128,13 +128,14 @@ EFFICIENCY = Efficiency(bandwidth=0.685, compute_16bit=0.796, compute_8bit=0.967
 # state) moved it to 126.9 us and 62.7 ns, FP8 0.554 -> 0.556 and FP4 0.396 -> 0.398.
 # Serving NVIDIA measured on silicon at 4-128 concurrent requests (planner/serving_sample.py) took less time per token
 # than that per-layer cost allows at few requests (TPOT +37% at 8 requests on TensorRT-LLM 1.0.0rc3, +70% at 4 on a later
-# release): the max-load rows cannot tell the weight reads' fraction from a cost per iteration (with KV reads at silicon's
-# figures the folds' constants ran from 0.72 of the bandwidth and no per-layer cost to 0.99 and 59 us), and the serving rows can. So the fit now adds those
-# rows' TPOT at a tenth of the throughput rows' total weight (scripts/plan_vs_published.py SERVING_SHARE; 1.0, 0.3 and 0.03
-# tried too), and this backend takes the engines' structure where it runs the same kernels: KV reads at silicon's figure
-# for the attention shape, a GEMM's time the 2-norm of its reads and math. Throughput held out by GPU 3.8% / 15.2% ->
-# 3.7% / 14.5% (B200 5.3% -> 3.8%), by model 3.9% / 15.8% -> 4.3% / 12.3%; TPOT of the serving rows of the GPU or model a
-# fold held out 22.9% -> 13.8% and 22.5% -> 12.4% in the median (README, planner section).
+# release): the max-load rows cannot tell the weight reads' fraction from a cost per iteration (with KV reads at
+# silicon's figures the folds' constants ran from 0.72 of the bandwidth and no per-layer cost to 0.99 and 59 us), and the
+# serving rows can. So the fit now adds those rows' TPOT at a tenth of the throughput rows' total weight
+# (scripts/plan_vs_published.py SERVING_SHARE; 1.0, 0.3 and 0.03 tried too), and this backend takes the engines'
+# structure where it runs the same kernels: KV reads at silicon's figure for the attention shape, a GEMM's time the
+# 2-norm of its reads and math. Throughput held out by GPU 3.8% / 15.2% -> 3.7% / 14.5% (B200 5.3% -> 3.8%), by model
+# 3.9% / 15.8% -> 4.3% / 12.3%; TPOT of the serving rows of the GPU or model a fold held out 22.9% -> 13.8% and 22.5% ->
+# 12.4% in the median; of a model no fit reads (Llama 3.1 8B BF16 on H100) 14.0% -> 8.9% (README, planner section).
 PYTORCH_EFFICIENCY = Efficiency(bandwidth=0.877, compute_16bit=0.7, compute_8bit=0.562, step_overhead_per_layer_s=46.9e-6,
                                 per_sequence_layer_s=56.5e-9, compute_4bit=0.4, kv_bandwidth_measured=True,
                                 gemm_roofline_exponent=2.0, moe_measured=True, sliding_windows=True)

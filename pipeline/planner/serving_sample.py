@@ -15,6 +15,7 @@ chunked prefill, the KV cache at memory fraction 0.9 (FP8 unless the row names a
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Callable
 
 from pipeline.data import packaged_fact_rows
@@ -91,3 +92,19 @@ def compare_serving(rows: list[dict[str, str]], efficiency: Efficiency) -> list[
                              "aiconfigurator_error_pct": _pct(float(aic), measured) if aic else None}
         out.append(entry)
     return out
+
+
+def error_stats(errors: list[float]) -> dict[str, Any]:
+    """Median and worst |error| % and mean signed error % of these errors ({"rows": 0} without any)."""
+    if not errors:
+        return {"rows": 0}
+    return {"rows": len(errors), "median_abs_pct_error": round(statistics.median(abs(e) for e in errors), 1),
+            "max_abs_pct_error": max(abs(e) for e in errors), "mean_signed_pct": round(statistics.fmean(errors), 1)}
+
+
+def serving_error_summary(compared: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """Ours and AIConfigurator's error_stats on `metric` ("tpot" or "ttft") over rows of compare_serving (AIConfigurator's
+    over the rows it answered)."""
+    return {"ours": error_stats([r[metric]["error_pct"] for r in compared]),
+            "aiconfigurator": error_stats([r[metric]["aiconfigurator_error_pct"] for r in compared
+                                           if r[metric]["aiconfigurator_error_pct"] is not None])}
