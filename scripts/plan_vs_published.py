@@ -86,8 +86,8 @@ SERVING_SHARE = 0.1
 
 def informed(rows: list[dict[str, str]]) -> list[bool]:
     """Which of the six fitted constants these rows can decide: 16-bit GEMMs need a 16-bit row, 8-bit ones an FP8 row,
-    FP4 ones an FP4 row. KV reads have no constant of their own: engines read the KV cache at silicon's figures, the
-    PyTorch backend at the weight reads' fraction."""
+    FP4 ones an FP4 row. KV reads have no constant of their own: both backends read the KV cache at silicon's figures
+    (the weight reads' fraction where a GPU has none)."""
     return [True, any(r["precision"] in _SIXTEEN_BIT for r in rows),
             any(r["precision"] not in _SIXTEEN_BIT | _FOUR_BIT for r in rows), True, True,
             any(r["precision"] in _FOUR_BIT for r in rows)]
