@@ -43,11 +43,6 @@ METRICS = ("tpot", "ttft")
 MIN_ROWS = 5
 
 
-def compare(efficiency: P.Efficiency | None = None) -> list[dict[str, Any]]:
-    """Each measured row beside the planner's p50 (the PyTorch backend's shipped constants) and AIConfigurator's estimate."""
-    return compare_serving(serving_rows(), efficiency or P.efficiency_for("pytorch"))
-
-
 def _release(row: dict[str, Any]) -> str:
     return row["trtllm_version"] or "release not named"
 
@@ -59,8 +54,10 @@ def groups(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
 
 
 def report(efficiency: P.Efficiency | None = None) -> dict[str, Any]:
-    rows = compare(efficiency)
-    more = compare_serving(more_serving_rows(), efficiency or P.efficiency_for("pytorch"))
+    """Each measured row of both tables beside the planner's p50 (the PyTorch backend's shipped constants unless
+    `efficiency` is given) and AIConfigurator's estimate, and the figures over them."""
+    efficiency = efficiency or P.efficiency_for("pytorch")
+    rows, more = compare_serving(serving_rows(), efficiency), compare_serving(more_serving_rows(), efficiency)
     return {"table": f"pipeline/data/{TABLE}", "rows": rows, **_figures(rows), "calibrated_elsewhere": calibration_check(rows),
             "never_fitted": {"table": f"pipeline/data/{MORE_TABLE}", "rows": more, **_figures(more)}}
 
@@ -171,7 +168,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def refit_check() -> list[str]:
     """Held-out throughput and TPOT of the PyTorch backend's fit without and with (shipped) the serving rows' TPOT."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from plan_vs_published import cross_validate, cross_validated_error, fit
+    from plan_vs_published import cross_validate, cross_validated_error, fit, held_out_serving_tpot
 
     rows, serving = P.published_rows("pytorch"), serving_rows()
     out = []
@@ -180,7 +177,8 @@ def refit_check() -> list[str]:
         for by in ("gpu", "model"):
             folds = cross_validate(rows, by, serving=serving, fit_serving=fit_serving)
             pooled = cross_validated_error(folds)
-            tpot = error_stats([r["tpot"]["error_pct"] for fold in folds for r in fold.get("serving", [])])
+            held_out = held_out_serving_tpot(folds)
+            tpot = held_out["ours"] if held_out else {"rows": 0}
             per_fold = ", ".join(f"{f['value']} {f['median_abs_pct_error']:.1f}%" for f in folds)
             out.append(f"  {by} held out: throughput median/worst |error| {pooled['median_abs_pct_error']:.1f}% / "
                        f"{pooled['max_abs_pct_error']:.1f}% ({per_fold})"
@@ -194,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=build_root() / "reports" / "plan_vs_silicon_serving")
     parser.add_argument("--refit-check", action="store_true",
-                        help="refit the PyTorch backend's constants with these rows' TPOT too, cross-validated (~1 min)")
+                        help="fit the PyTorch backend's constants without and with these rows' TPOT, cross-validated (~1 min)")
     args = parser.parse_args(argv)
     if args.refit_check:
         for line in refit_check():

@@ -63,10 +63,9 @@ def rows(more: bool = False) -> list[dict[str, str]]:
                  & frame["system"].isin(gpus) & (frame["pp_size"] == 1) & (frame["attention_dp_size"].fillna(1) == 1)]
     if more:  # the 1.0.0rc3 grid
         kept = kept[kept["backend_version"] == "1.0.0rc3"]
-    kept = kept.assign(precision=kept["precision"].fillna(""))
+    kept = kept.assign(precision=kept["precision"].fillna(""), release=kept["backend_version"].fillna(""))
     version = metadata.version("aiconfigurator")
     out = []
-    kept = kept.assign(release=kept["backend_version"].fillna(""))
     for record in kept.sort_values(["model_path", "system", "precision", "isl", "osl", "tp_size", "batch_size"]).itertuples():
         measured = re.search(r"measured=([0-9-]+)", record.silicon_data_source)
         model = models[record.model_path]
